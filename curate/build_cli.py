@@ -1,0 +1,41 @@
+"""`curate build`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .build import build as run_build
+from .pipeline.config import load_pipeline
+
+
+@click.command("build")
+@click.option("--pipeline", "pipeline_file", type=click.Path(dir_okay=False),
+              help="Pipeline file (default: the bundled pipelines/default.yaml).")
+@click.option("--threshold", type=float, help="Keep verified pairs whose speedup 95% lower bound "
+              "is at least this (default 2.0).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Build directory (default: build).")
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), help="Where to verify.")
+@click.option("--quiet", is_flag=True, help="No progress output.")
+def build(pipeline_file, threshold, out_dir, device, quiet):
+    """Run a pipeline: sources -> candidates -> dedup -> verify -> keep, into a build directory.
+
+    A build killed at any point resumes where it stopped when run again: finished rows are read
+    back from <out>/ledger.sqlite, never recomputed.
+
+    \b
+    Example:
+      curate build --threshold 2.0
+      curate build --pipeline pipelines/ingest-only.yaml --out /tmp/b
+    """
+    spec = load_pipeline(pipeline_file, threshold=threshold, device=device, out=out_dir)
+    out = Path(spec.get("out") or "build")
+    stats = run_build(spec, out, progress=not quiet)
+    click.echo(f"build: {stats['kept']} pairs kept, {stats['rejected']} rejected, "
+               f"{stats['seconds']:.1f}s -> {out}")
+    for s in stats["stages"]:
+        note = " (reused)" if s["skipped"] else ""
+        click.echo(f"  {s['name']:<16} in {s['rows_in']:6d}  out {s['rows_out']:6d}  "
+                   f"dropped {s['dropped']:6d}  {s['seconds']:7.1f}s{note}")

@@ -1,0 +1,99 @@
+"""The `curate` command line: a thin Click layer over the library.
+
+Commands live beside the stage they drive (curate/<stage>/cli.py) and are imported only when
+called, so `curate --help` is instant and a stage that is not in this version says so plainly.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+import traceback
+
+import click
+
+from . import __version__
+from .errors import BadInput, NotAvailable
+
+# name -> (module:attribute, one-line help). The order is the order of the user's work.
+COMMANDS = {
+    "ingest": ("curate.sources.cli:ingest", "Read KernelBench folders and pair tables into a table."),
+    "scrape": ("curate.sources.scrape_cli:scrape", "Collect reference programs from repositories."),
+    "synth": ("curate.synth.cli:synth", "Make candidate kernels (torch.compile, LLMs)."),
+    "dedup": ("curate.dedup.cli:dedup", "Drop near duplicates and evaluation-set copies."),
+    "verify": ("curate.verify.cli:verify", "Re-execute every pair in isolation; record its status."),
+    "build": ("curate.build_cli:build", "Run the whole pipeline into a build directory."),
+    "split-infill": ("curate.infill.cli:split_infill", "Cut kernels into prefix/core/suffix rows."),
+    "card": ("curate.card.cli:card", "Render the dataset card (README.md) of a build."),
+    "push": ("curate.hub.cli:push", "Upload shards and card to the Hugging Face Hub."),
+}
+
+
+def _unavailable(name: str, summary: str) -> click.Command:
+    @click.command(name, help=f"{summary}\n\nNot available in this version of curate yet.",
+                   context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+    def cmd():
+        raise NotAvailable(f"`curate {name}`: this stage does not exist in this version of "
+                           "curate yet")
+    return cmd
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return list(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        target, summary = COMMANDS[name]
+        mod, _, attr = target.partition(":")
+        try:
+            return getattr(importlib.import_module(mod), attr)
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith(mod.rsplit(".", 1)[0]) and exc.name.startswith("curate"):
+                return _unavailable(name, summary)
+            raise
+
+    def format_commands(self, ctx, formatter):
+        rows = [(name, summary) for name, (_, summary) in COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog="Example:\n\n\b\n  curate build --threshold 2.0\n  curate split-infill\n"
+                    "  curate push --repo org/cuke")
+@click.version_option(__version__, prog_name="curate")
+@click.option("-v", "--verbose", is_flag=True, help="Log more.")
+def main(verbose: bool) -> None:
+    """Build verified PyTorch -> CUDA/Triton training pairs for kernel-writing models."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+
+
+def run() -> None:
+    """Console entry point: map errors onto the contract's exit codes (2 bad input, 1 failure)."""
+    try:
+        main.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(1)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
+    except (BadInput, NotAvailable) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        click.echo("interrupted: finished rows are in the ledger; run the command again to resume",
+                   err=True)
+        sys.exit(1)
+    except Exception as exc:  # the work failed; say what and where, keep the trace on request
+        if os.environ.get("CURATE_DEBUG"):
+            traceback.print_exc()
+        click.echo(f"error: {type(exc).__name__}: {exc} (set CURATE_DEBUG=1 for the traceback)",
+                   err=True)
+        sys.exit(1)
+    sys.exit(0)

@@ -1,0 +1,1 @@
+"""Hub layout and publishing: parquet shards with Hub names, and the push to the Hub."""

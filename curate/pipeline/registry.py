@@ -1,0 +1,39 @@
+"""Step names used in pipeline files -> the classes that implement them (imported lazily)."""
+
+from __future__ import annotations
+
+import importlib
+
+from ..errors import BadInput, NotAvailable
+
+STEPS = {
+    "synth-inductor": "curate.synth.inductor:InductorSynth",
+    "synth-llm": "curate.synth.llm:LLMSynth",
+    "dedup": "curate.dedup.step:Dedup",
+    "verify": "curate.verify.step:Verify",
+    "keep": "curate.pipeline.keep:KeepVerified",
+}
+SOURCES = {
+    "ingest": "curate.sources.ingest:IngestSource",
+    "scrape": "curate.sources.scrape:ScrapeSource",
+}
+
+
+def load(spec: str, table: dict[str, str]):
+    """`name` from the table, or `package.module:Class` for steps of your own."""
+    target = table.get(spec, spec)
+    if ":" not in target:
+        raise BadInput(f"unknown step {spec!r}", fix=f"use one of {', '.join(table)} "
+                       "or a 'package.module:Class' path")
+    mod, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(mod)
+    except ModuleNotFoundError as exc:
+        if spec in table and exc.name and exc.name.startswith("curate"):
+            raise NotAvailable(f"the {spec!r} stage does not exist in this version of curate "
+                               "yet") from None
+        raise
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise BadInput(f"{mod} has no {attr}", fix="check the step path") from None

@@ -1,0 +1,203 @@
+"""Run a source and a list of steps into a build directory, resumably.
+
+Layout (DESIGN.md): stages/NN-name.parquet per stage, rejected.parquet, ledger.sqlite,
+stats.json. Every stage streams its input in batches; every finished row goes to the ledger at
+once; a stage that finished with the same fingerprint is skipped on the next run, and a stage cut
+short is redone with its finished rows read back from the ledger instead of recomputed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow.parquet as pq
+
+from ..record import ensure_id, row_key
+from ..tableio import TableWriter, read_batches, sibling
+from .ledger import Ledger
+from .progress import Progress
+from .step import Outcome, Source, Step
+
+log = logging.getLogger("curate")
+
+
+def fingerprint(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def step_id(step: Step) -> str:
+    """The ledger's name for a step: its name plus the hash of its settings."""
+    return f"{step.name}@{fingerprint(step.name, step.config())}"
+
+
+@dataclass
+class StageStats:
+    name: str
+    rows_in: int = 0
+    rows_out: int = 0
+    dropped: int = 0
+    computed: int = 0
+    cached: int = 0
+    seconds: float = 0.0
+    reasons: Counter = field(default_factory=Counter)
+    skipped: bool = False
+
+    def to_json(self) -> dict:
+        d = dict(self.__dict__)
+        d["reasons"] = dict(self.reasons)
+        return d
+
+
+class Runner:
+    """Drives stages into `out_dir`; the same code serves `curate build` and single-stage commands."""
+
+    def __init__(self, out_dir: str | Path, *, ledger_path: str | Path | None = None,
+                 progress: bool = True):
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.ledger = Ledger(ledger_path or self.out_dir / "ledger.sqlite")
+        self.progress = progress
+        self.stats: list[StageStats] = []
+
+    # -- sources -------------------------------------------------------------------------
+    def run_source(self, idx: int, source: Source, out: Path, rejected: Path) -> StageStats:
+        fp = fingerprint(source.name, source.config())
+        done = self._finished(idx, source.name, fp, out, rejected)
+        if done:
+            return done
+        st = StageStats(source.name)
+        t0 = time.monotonic()
+        bar = Progress(f"[{idx:02d}] {source.name}", enabled=self.progress)
+        with TableWriter(out) as kept, TableWriter(rejected) as dropped:
+            for outcomes in source.read():
+                self._tally(st, outcomes, kept, dropped, source.name)
+                st.rows_in += len(outcomes)
+                bar.update(len(outcomes))
+        bar.close()
+        st.seconds = time.monotonic() - t0
+        self.ledger.mark_stage(idx, source.name, fp, st.to_json())
+        self.stats.append(st)
+        return st
+
+    # -- steps ---------------------------------------------------------------------------
+    def run_step(self, idx: int, step: Step, inp: Path, out: Path, rejected: Path,
+                 upstream: str = "") -> StageStats:
+        sid = step_id(step)
+        fp = fingerprint(sid, upstream, _file_digest(inp))
+        done = self._finished(idx, step.name, fp, out, rejected)
+        if done:
+            return done
+        st = StageStats(step.name)
+        t0 = time.monotonic()
+        total = _count_rows(inp)
+        bar = Progress(f"[{idx:02d}] {step.name}", total, enabled=self.progress)
+        step.setup()
+        try:
+            with TableWriter(out) as kept, TableWriter(rejected) as dropped:
+                for rows, keys, scope in self._batches(step, inp):
+                    outcomes = self._process(step, sid, rows, keys, scope, st, bar)
+                    st.rows_in += len(rows)
+                    self._tally(st, outcomes, kept, dropped, step.name)
+        finally:
+            step.teardown()
+            bar.close()
+            self.ledger.commit()
+        st.seconds = time.monotonic() - t0
+        self.ledger.mark_stage(idx, step.name, fp, st.to_json())
+        self.stats.append(st)
+        return st
+
+    def _batches(self, step: Step, inp: Path) -> Iterator[tuple[list[dict], list[str], str]]:
+        if step.batch_size is None:
+            rows = [ensure_id(r) for b in read_batches(inp) for r in b]
+            keys = [row_key(r) for r in rows]
+            scope = fingerprint(sorted(keys))  # a whole-table step's answer depends on every row
+            yield rows, keys, scope
+            return
+        for batch in read_batches(inp, step.batch_size):
+            rows = [ensure_id(r) for r in batch]
+            yield rows, [row_key(r) for r in rows], ""
+
+    def _process(self, step: Step, sid: str, rows: list[dict], keys: list[str], scope: str,
+                 st: StageStats, bar: Progress) -> list[Outcome]:
+        ledger_keys = [f"{k}:{scope}" if scope else k for k in keys]
+        cached = self.ledger.lookup(sid, ledger_keys) if step.cache else {}
+        outcomes: list[Outcome | None] = [cached.get(k) for k in ledger_keys]
+        todo = [i for i, o in enumerate(outcomes) if o is None]
+        st.cached += len(rows) - len(todo)
+        bar.update(len(rows) - len(todo))
+        if todo:
+            t0 = time.monotonic()
+            result = step.process([rows[i] for i in todo])
+            pairs = enumerate(result) if isinstance(result, list) else result
+            for j, outcome in pairs:
+                i = todo[j]
+                outcomes[i] = outcome
+                if step.cache:
+                    self.ledger.record(sid, ledger_keys[i], outcome, time.monotonic() - t0)
+                st.computed += 1
+                bar.update(1)
+            missing = [todo[j] for j in range(len(todo)) if outcomes[todo[j]] is None]
+            if missing:
+                raise RuntimeError(f"step {step.name} returned no outcome for {len(missing)} rows")
+        return outcomes  # type: ignore[return-value]
+
+    # -- shared --------------------------------------------------------------------------
+    def _tally(self, st: StageStats, outcomes: list[Outcome], kept: TableWriter,
+               dropped: TableWriter, stage: str) -> None:
+        keep_rows, drop_rows = [], []
+        for o in outcomes:
+            for r in o.kept:
+                keep_rows.append(ensure_id(r))
+            if o.dropped is not None:
+                d = ensure_id(dict(o.dropped))
+                d["stage"] = stage
+                drop_rows.append(d)
+                st.dropped += 1
+                st.reasons.update(o.reasons or ["unspecified"])
+        st.rows_out += len(keep_rows)
+        kept.write(keep_rows)
+        dropped.write(drop_rows)
+
+    def _finished(self, idx: int, name: str, fp: str, out: Path, rejected: Path):
+        prev = self.ledger.stage_done(idx, name, fp)
+        if prev is not None and out.is_file() and rejected.is_file():
+            st = StageStats(name, **{k: v for k, v in prev.items()
+                                     if k not in ("name", "reasons", "skipped")})
+            st.reasons = Counter(prev.get("reasons", {}))
+            st.skipped = True
+            log.info("[%02d] %s: finished earlier, reusing %s", idx, name, out.name)
+            self.stats.append(st)
+            return st
+        return None
+
+    def close(self) -> None:
+        self.ledger.close()
+
+
+def _count_rows(path: Path) -> int | None:
+    try:
+        if path.suffix == ".parquet":
+            return pq.ParquetFile(path).metadata.num_rows
+        with open(path, "rb") as fh:
+            return sum(1 for line in fh if line.strip())
+    except OSError:
+        return None
+
+
+def _file_digest(path: Path) -> str:
+    """Cheap identity of an input file: size and mtime are enough to notice a changed input."""
+    s = path.stat()
+    return f"{s.st_size}:{s.st_mtime_ns}"
+
+
+def stage_paths(out_dir: Path, idx: int, name: str) -> tuple[Path, Path]:
+    out = out_dir / "stages" / f"{idx:02d}-{name}.parquet"
+    return out, sibling(out, "rejected")

@@ -1,0 +1,102 @@
+"""Steps: small units of work over batches of records (the datatrove model).
+
+A step declares its name and the resources it needs, keeps its one-time setup apart from its
+processing, and answers for every input row with an Outcome: the rows it keeps (zero, one or
+several) or the row it drops with the reasons why. The runner takes care of ledger, stats,
+rejected rows and resume; a step only computes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+from ..record import add_reasons
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What a step needs to run (the NeMo Curator model): CPU processes and GPUs."""
+
+    cpus: int = 1
+    gpus: int = 0
+
+
+@dataclass
+class Outcome:
+    """A step's answer for one input row."""
+
+    kept: list[dict] = field(default_factory=list)
+    dropped: dict | None = None
+    reasons: list[str] = field(default_factory=list)
+
+    @classmethod
+    def keep(cls, *rows: dict) -> "Outcome":
+        return cls(kept=list(rows))
+
+    @classmethod
+    def drop(cls, row: dict, *reasons: str) -> "Outcome":
+        add_reasons(row, *reasons)
+        return cls(dropped=row, reasons=list(reasons))
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Outcome":
+        return cls(**data)
+
+
+class Step:
+    """Base class of a pipeline step.
+
+    Subclasses set `name`, may set `resources` and `batch_size` (None: the whole table in one
+    call, for steps such as dedup whose answer depends on every row), return their settings from
+    `config()` (they are part of the cache key), and implement `process`, which returns a list of
+    Outcomes aligned with its input or yields `(index, Outcome)` pairs as they finish, so that the
+    runner can record each finished row at once.
+    """
+
+    name: str = "step"
+    resources: Resources = Resources()
+    batch_size: int | None = 64
+    cache: bool = True
+
+    def config(self) -> dict[str, Any]:
+        return {}
+
+    def setup(self) -> None:
+        """Load once per run (models, compilers, worker pools)."""
+
+    def teardown(self) -> None:
+        """Release what setup took."""
+
+    def process(self, rows: list[dict]) -> list[Outcome] | Iterator[tuple[int, Outcome]]:
+        raise NotImplementedError(f"step {self.name} does not implement process()")
+
+
+class Filter(Step):
+    """A step that answers keep-or-drop for each row, with a reason when it drops."""
+
+    def keep(self, row: dict) -> tuple[bool, str | None]:
+        raise NotImplementedError
+
+    def process(self, rows: list[dict]) -> list[Outcome]:
+        out = []
+        for row in rows:
+            ok, reason = self.keep(row)
+            out.append(Outcome.keep(row) if ok else Outcome.drop(row, reason or self.name))
+        return out
+
+
+class Source:
+    """The first stage: reads rows from outside (files, repos, the Hub) and yields Outcomes."""
+
+    name: str = "source"
+
+    def config(self) -> dict[str, Any]:
+        return {}
+
+    def read(self) -> Iterable[list[Outcome]]:
+        raise NotImplementedError

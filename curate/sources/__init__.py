@@ -1,0 +1,1 @@
+"""Sources: where reference programs come from (KernelBench folders, tables, repositories)."""
