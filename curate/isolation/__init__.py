@@ -1,0 +1,15 @@
+"""Run untrusted code in sandboxed worker processes, never in the main one.
+
+A `WorkerPool` keeps N long-lived workers (imports and setup paid once per worker, not per row).
+Each worker is a fresh `python -m curate.isolation.worker` process in its own session and process
+group, with a scrubbed environment (no tokens or keys), a private scratch directory as working
+directory and HOME, resource limits, and (as root on Linux) its own empty network namespace.
+Tasks and results travel as length-prefixed JSON over private pipes, so nothing the worker
+sends can execute code in the parent. A worker that crashes, hangs past its deadline, floods its
+output or sends garbage is killed with its whole process group and replaced; its task gets a
+failure result and every other task carries on.
+"""
+
+from .pool import Limits, TaskResult, WorkerPool, scrubbed_env
+
+__all__ = ["Limits", "TaskResult", "WorkerPool", "scrubbed_env"]

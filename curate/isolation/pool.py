@@ -1,0 +1,287 @@
+"""WorkerPool: a fixed number of sandboxed workers, each driven by one thread of the parent."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import queue
+import re
+import resource
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from .protocol import ProtocolError, recv, send
+
+# Environment variables a candidate must never see: anything named like a credential, and the
+# variables of services that hold one.
+SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION",
+                         re.IGNORECASE)
+SECRET_PREFIXES = ("HF_", "HUGGING", "OPENAI", "ANTHROPIC", "AWS_", "AZURE_", "GOOGLE_", "GH_",
+                   "GITHUB_", "WANDB_", "SSH_", "GIT_")
+CLONE_NEWNET = 0x40000000
+
+
+def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The parent's environment without credentials, plus `extra` (caller's settings win)."""
+    env = {k: v for k, v in os.environ.items()
+           if not SECRET_NAME.search(k) and not k.upper().startswith(SECRET_PREFIXES)}
+    env.update(extra or {})
+    return env
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of a worker. Address-space limits break CUDA (it maps huge ranges), so
+    memory is bounded only on the CPU device, where `memory_gb` applies."""
+
+    memory_gb: float | None = None
+    file_size_gb: float = 4.0
+    open_files: int = 4096
+    output_bytes: int = 8 * 1024 * 1024  # stdout+stderr per task before the worker is killed
+    isolate_network: bool = True
+
+
+@dataclass
+class TaskResult:
+    """What happened to one task. `status` is ok, error (the handler raised), timeout, crashed
+    (the process died or broke the protocol) or output_flood."""
+
+    status: str
+    value: Any = None
+    error: str | None = None
+    output: str = ""
+    seconds: float = 0.0
+    exit_code: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def _preexec(limits: Limits, notes_fd: int | None):
+    def run():
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        fs = int(limits.file_size_gb * 2**30)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fs, fs))
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
+        except (ValueError, OSError):
+            pass
+        if limits.memory_gb:
+            m = int(limits.memory_gb * 2**30)
+            resource.setrlimit(resource.RLIMIT_AS, (m, m))
+        if limits.isolate_network and os.geteuid() == 0 and sys.platform.startswith("linux"):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.unshare(CLONE_NEWNET)  # best effort: loopback-only, down; failure leaves it open
+    return run
+
+
+class _Slot:
+    """One worker process and the thread of the parent that feeds it."""
+
+    def __init__(self, pool: "WorkerPool", index: int):
+        self.pool, self.index = pool, index
+        self.proc: subprocess.Popen | None = None
+        self.scratch: Path | None = None
+        self.tasks_done = 0
+        self._out = bytearray()
+        self._out_total = 0
+        self._lock = threading.Lock()
+
+    # -- process lifecycle ---------------------------------------------------------------
+    def start(self) -> None:
+        p = self.pool
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"curate-w{self.index}-", dir=p.scratch_root))
+        (self.scratch / "tmp").mkdir()
+        task_r, task_w = os.pipe()
+        res_r, res_w = os.pipe()
+        env = scrubbed_env({"HOME": str(self.scratch), "TMPDIR": str(self.scratch / "tmp"),
+                            "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
+                            **p.env_extra})
+        pkg_root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [pkg_root, env.get("PYTHONPATH")]))
+        cmd = [sys.executable, "-m", "curate.isolation.worker", str(task_r), str(res_w),
+               p.handler, p.setup or ""]
+        self.proc = subprocess.Popen(
+            cmd, cwd=self.scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, pass_fds=(task_r, res_w), start_new_session=True,
+            preexec_fn=_preexec(p.limits, None), close_fds=True)
+        os.close(task_r)
+        os.close(res_w)
+        self.task_w, self.res_r = task_w, res_r
+        self._out, self._out_total = bytearray(), 0
+        threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
+        ready = self._wait(p.setup_timeout)
+        if not (isinstance(ready, dict) and ready.get("ready")):
+            out = self.output()
+            self.kill()
+            raise RuntimeError(f"worker failed to start ({ready!r}): {out[-2000:]}")
+
+    def _drain(self, proc: subprocess.Popen) -> None:
+        """Keep the tail of the worker's output; kill it when it floods."""
+        assert proc.stdout is not None
+        while True:
+            chunk = proc.stdout.read1(65536) if hasattr(proc.stdout, "read1") else proc.stdout.read(65536)
+            if not chunk:
+                return
+            with self._lock:
+                self._out_total += len(chunk)
+                self._out += chunk
+                if len(self._out) > 65536:
+                    del self._out[:-32768]
+                flooded = self._out_total > self.pool.limits.output_bytes
+            if flooded and proc is self.proc:
+                self.flooded = True
+                self._killpg(proc)
+
+    def output(self) -> str:
+        with self._lock:
+            return self._out.decode("utf-8", "replace")
+
+    def _wait(self, timeout: float):
+        """The next message from the worker, or a failure tag."""
+        r, _, _ = select.select([self.res_r], [], [], timeout)
+        if not r:
+            return "timeout"
+        try:
+            return recv(self.res_r)
+        except (EOFError, OSError):
+            return "crashed"
+        except ProtocolError:
+            return "crashed"
+
+    @staticmethod
+    def _killpg(proc: subprocess.Popen) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def kill(self) -> None:
+        if self.proc is None:
+            return
+        self._killpg(self.proc)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        for fd in (self.task_w, self.res_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if self.scratch and not self.pool.keep_scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+        self.proc = None
+
+    # -- tasks ---------------------------------------------------------------------------
+    def run(self, task: Any, timeout: float) -> TaskResult:
+        if self.proc is None or self.proc.poll() is not None:
+            self.kill()
+            self.start()
+        self.flooded = False
+        with self._lock:
+            self._out, self._out_total = bytearray(), 0
+        t0 = time.monotonic()
+        try:
+            send(self.task_w, task)
+            msg = self._wait(timeout)
+        except (BrokenPipeError, OSError):
+            msg = "crashed"
+        secs = time.monotonic() - t0
+        if isinstance(msg, dict) and "value" in msg:
+            res = TaskResult("ok", value=msg["value"], seconds=secs)
+        elif isinstance(msg, dict) and "error" in msg:
+            res = TaskResult("error", error=msg["error"] + "\n" + msg.get("traceback", ""),
+                             seconds=secs)
+        else:
+            status = "output_flood" if self.flooded else msg if isinstance(msg, str) else "crashed"
+            code = None
+            if status != "timeout" and self.proc is not None:
+                try:
+                    code = self.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+            res = TaskResult(status, seconds=secs, exit_code=code)
+            self.kill()  # replaced on the next task
+        res.output = self.output()[-8000:]
+        self.tasks_done += 1
+        if self.pool.max_tasks_per_worker and self.tasks_done >= self.pool.max_tasks_per_worker:
+            self.kill()
+            self.tasks_done = 0
+        return res
+
+
+class WorkerPool:
+    """`workers` sandboxed processes running `handler` (`module:function`) on tasks.
+
+    `map(tasks)` yields `(index, TaskResult)` as tasks finish, in any order.
+    """
+
+    def __init__(self, handler: str, *, workers: int = 1, timeout: float = 120.0,
+                 setup: str | None = None, setup_timeout: float = 300.0,
+                 env: dict[str, str] | None = None, limits: Limits = Limits(),
+                 scratch_root: str | None = None, keep_scratch: bool = False,
+                 max_tasks_per_worker: int | None = None):
+        self.handler, self.setup = handler, setup
+        self.workers, self.timeout, self.setup_timeout = max(1, workers), timeout, setup_timeout
+        self.env_extra = dict(env or {})
+        self.limits, self.scratch_root, self.keep_scratch = limits, scratch_root, keep_scratch
+        self.max_tasks_per_worker = max_tasks_per_worker
+        self.slots = [_Slot(self, i) for i in range(self.workers)]
+        self.replaced = 0
+
+    def map(self, tasks: Iterable[Any], timeouts: Iterable[float] | None = None
+            ) -> Iterator[tuple[int, TaskResult]]:
+        tasks = list(tasks)
+        touts = list(timeouts) if timeouts is not None else [self.timeout] * len(tasks)
+        todo: queue.Queue = queue.Queue()
+        for i, t in enumerate(tasks):
+            todo.put((i, t))
+        done: queue.Queue = queue.Queue()
+
+        def feed(slot: _Slot):
+            while True:
+                try:
+                    i, t = todo.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    res = slot.run(t, touts[i])
+                except Exception as exc:  # the worker could not even start
+                    res = TaskResult("crashed", error=f"worker start failed: {exc}")
+                    slot.kill()
+                if res.status in ("timeout", "crashed", "output_flood"):
+                    self.replaced += 1
+                done.put((i, res))
+
+        threads = [threading.Thread(target=feed, args=(s,), daemon=True)
+                   for s in self.slots[:max(1, min(len(self.slots), len(tasks)))]]
+        for th in threads:
+            th.start()
+        for _ in range(len(tasks)):
+            yield done.get()
+        for th in threads:
+            th.join()
+
+    def run(self, task: Any, timeout: float | None = None) -> TaskResult:
+        return next(self.map([task], None if timeout is None else [timeout]))[1]
+
+    def close(self) -> None:
+        for s in self.slots:
+            s.kill()
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *_):
+        self.close()

@@ -1,0 +1,40 @@
+"""Task handlers for the isolation tests: each does one hostile or honest thing."""
+
+import os
+import sys
+import time
+
+
+def handle(task):
+    kind = task["kind"]
+    if kind == "echo":
+        return {"echo": task["value"], "cwd": os.getcwd()}
+    if kind == "env":
+        return {"env": dict(os.environ)}
+    if kind == "raise":
+        raise ValueError("candidate failed")
+    if kind == "exit":
+        os._exit(3)
+    if kind == "segv":
+        import ctypes
+        ctypes.string_at(0)
+    if kind == "hang":
+        time.sleep(3600)
+    if kind == "flood":
+        while True:
+            sys.stdout.write("x" * 65536)
+    if kind == "garbage":
+        os.write(int(sys.argv[2]), b"\xff" * 64)
+        time.sleep(3600)
+    if kind == "fork_hang":
+        child = os.fork()
+        if child == 0:
+            time.sleep(3600)
+        with open(task["pidfile"], "w") as fh:
+            fh.write(str(child))
+        time.sleep(3600)
+    if kind == "write_file":
+        with open("scratch.txt", "w") as fh:
+            fh.write("ok")
+        return {"path": os.path.abspath("scratch.txt")}
+    raise KeyError(kind)

@@ -1,0 +1,75 @@
+"""The sandboxed worker pool: hostile tasks cost one task, never the pool or the parent."""
+
+import os
+import time
+
+import pytest
+
+from curate.isolation import Limits, WorkerPool, scrubbed_env
+
+HANDLER = "tests.isolation_handlers:handle"
+
+
+@pytest.fixture
+def pool(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.getcwd())
+    with WorkerPool(HANDLER, workers=2, timeout=5, limits=Limits(output_bytes=1 << 20)) as p:
+        yield p
+
+
+def test_hostile_tasks_each_get_their_status_and_honest_ones_finish(pool):
+    kinds = ["echo", "raise", "exit", "segv", "hang", "flood", "garbage", "echo"]
+    tasks = [{"kind": k, "value": i} for i, k in enumerate(kinds)]
+    results = dict(pool.map(tasks))
+    got = {i: results[i].status for i in range(len(kinds))}
+    assert got == {0: "ok", 1: "error", 2: "crashed", 3: "crashed", 4: "timeout",
+                   5: "output_flood", 6: "crashed", 7: "ok"}
+    assert results[7].value["echo"] == 7
+    assert "candidate failed" in results[1].error
+    assert results[2].exit_code == 3
+    assert pool.replaced == 5
+
+
+def test_timeout_kills_the_whole_process_group(pool, tmp_path):
+    pidfile = tmp_path / "child.pid"
+    res = pool.run({"kind": "fork_hang", "pidfile": str(pidfile)}, timeout=3)
+    assert res.status == "timeout"
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        # a killed child of ours stays a zombie until reaped by init; treat zombies as dead
+        if open(f"/proc/{child}/stat").read().split()[2] == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the worker's child {child} outlived the timeout")
+
+
+def test_credentials_never_reach_the_worker(pool, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "canary-hf-123")
+    monkeypatch.setenv("MY_SERVICE_API_KEY", "canary-key-456")
+    monkeypatch.setenv("DB_PASSWORD", "canary-pw-789")
+    pool.close()  # restart so the workers see the new parent environment
+    env = pool.run({"kind": "env"}).value["env"]
+    assert not any("canary" in v for v in env.values())
+    assert "PATH" in env
+
+
+def test_worker_runs_in_a_private_scratch_directory(pool):
+    res = pool.run({"kind": "write_file"})
+    assert res.ok
+    path = res.value["path"]
+    assert "curate-w" in path and not path.startswith(os.getcwd())
+
+
+def test_scrubbed_env_drops_names_like_secrets(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    monkeypatch.setenv("SOME_SECRET", "x")
+    monkeypatch.setenv("CURATE_HARMLESS", "y")
+    env = scrubbed_env()
+    assert "OPENAI_API_KEY" not in env and "SOME_SECRET" not in env
+    assert env["CURATE_HARMLESS"] == "y"
