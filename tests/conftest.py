@@ -1,0 +1,38 @@
+"""Shared fixtures. Real data kept beside the project (KernelBench) is found through
+--kernelbench or $CURATE_KERNELBENCH; tests that need it skip with a reason when it is absent."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--kernelbench", default=None,
+                     help="folder of KernelBench problems (level1/ ...); default: "
+                          "$CURATE_KERNELBENCH or ../shared/data/kernelbench")
+
+
+@pytest.fixture(scope="session")
+def kernelbench_dir(request) -> Path:
+    opt = request.config.getoption("--kernelbench")
+    if opt:
+        os.environ["CURATE_KERNELBENCH"] = opt
+    from curate.sources.locate import kernelbench_path
+    path = kernelbench_path()
+    if path is None or not path.is_dir():
+        pytest.skip("needs the KernelBench problems: pass --kernelbench DIR or set "
+                    "CURATE_KERNELBENCH")
+    return path
+
+
+@pytest.fixture(scope="session")
+def examples_dir() -> Path:
+    return ROOT / "examples"
