@@ -1,0 +1,576 @@
+"""Find the kernels of a candidate program, as byte ranges of the program's own text.
+
+The program is parsed with the Python grammar. Triton kernels are `@triton.jit` functions, in the
+program itself or in Python source held in a string (inductor's `async_compile.triton(...)`).
+CUDA and C++ kernels live in string literals handed to `load_inline`, `async_compile.cpp_pybinding`
+and the like; such a string's value is resolved through concatenations, f-strings, `.format`,
+`textwrap.dedent` and variables defined elsewhere in the file into *segments*, each tied to the
+file offsets where its text literally appears. The resolved text is parsed with the CUDA grammar
+(a superset of C++), and every definition found is mapped back to file offsets, so that a core is
+always a slice of the program: prefix + core + suffix == program, byte for byte.
+
+All offsets here are byte offsets into the UTF-8 encoding of the program (tree-sitter's unit);
+callers slice bytes and decode.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+
+import tree_sitter as ts
+import tree_sitter_cuda
+import tree_sitter_python
+
+LANGS = ("triton", "cuda", "cpp")
+
+
+@functools.lru_cache(maxsize=None)
+def _parser(grammar: str) -> ts.Parser:
+    mod = {"python": tree_sitter_python, "cuda": tree_sitter_cuda}[grammar]
+    return ts.Parser(ts.Language(mod.language()))
+
+
+@dataclass
+class Core:
+    """One kernel: its whole definition and its body, as file byte ranges."""
+
+    lang: str                  # triton | cuda | cpp
+    name: str                  # the kernel's name as written in the file
+    start: int                 # definition (with template<>, extern "C", @triton.jit)
+    end: int
+    body_start: int            # statements inside the braces / the Python block
+    body_end: int
+    clipped: bool = False      # the definition spanned pieces that are apart in the file
+    label: str | None = None   # a better name where the function name is generic (`kernel`)
+
+    @property
+    def display_name(self) -> str:
+        return self.label or self.name
+
+
+@dataclass
+class Seg:
+    """A piece of a resolved string: the bytes the parser sees and where they sit in the file."""
+
+    shadow: bytes
+    file_start: int | None     # None: not in the file (a value we could not resolve)
+    group: int                 # pieces of one expression in the file share a group
+    doubled: bool = False      # f-string / .format text: a C brace is `{{` in the file
+
+
+@dataclass
+class Source:
+    segs: list[Seg]
+    grammar: str               # python | cuda
+    lang_hint: str | None = None   # cuda | cpp (what the call says the text is)
+    label: str | None = None       # the variable the compiled source is assigned to
+    exported: list[str] = field(default_factory=list)  # load_inline(functions=[...])
+
+
+@dataclass
+class Found:
+    cores: list[Core]
+    markers: set[str]          # kernel markers seen in the text (for the reject reason)
+
+
+# ---------------------------------------------------------------------------------------------
+# The entry point
+
+
+def find_cores(code: bytes) -> Found:
+    """Every kernel in `code` (UTF-8 bytes of a candidate program), sorted by position."""
+    tree = _parser("python").parse(code)
+    root = tree.root_node
+    ctx = _Context(code, root)
+    sources = [Source([Seg(code, 0, 0)], "python")]
+    sources += ctx.call_sources()
+    sources += ctx.loose_literals(sources)
+    cores: list[Core] = []
+    pyinfo = _PyInfo()
+    parsed = []
+    for src in sources:
+        shadow = b"".join(s.shadow for s in src.segs)
+        t = _parser(src.grammar).parse(shadow)
+        parsed.append((src, shadow, t))
+        if src.grammar == "python":
+            pyinfo.scan(t.root_node, shadow)
+    exported_any = {n for s in sources for n in s.exported}
+    has_global = any(b"__global__" in sh for s, sh, _ in parsed if s.grammar == "cuda")
+    for src, shadow, t in parsed:
+        if src.grammar == "python":
+            found = _triton_defs(t.root_node, shadow, pyinfo)
+        else:
+            found = _c_defs(t.root_node, shadow, exported_any, has_global)
+        for d in found:
+            core = _map_def(src, d, code)
+            if core is not None:
+                cores.append(core)
+    cores = _dedupe(cores)
+    markers = set()
+    if re.search(rb"@\s*(triton\.)?jit\b", code):
+        markers.add("triton")
+    if b"__global__" in code:
+        markers.add("cuda")
+    if re.search(rb"\bkernel\s*\(", code) and (b"cpp_pybinding" in code or b"extern" in code):
+        markers.add("cpp")
+    return Found(cores, markers)
+
+
+# ---------------------------------------------------------------------------------------------
+# Python program: calls that compile source text, and the values of their arguments
+
+# last attribute of the called function -> (grammar, language, positional index, keyword)
+_COMPILERS = {
+    "cpp_pybinding": [("cuda", "cpp", 1, "source_code")],
+    "cpp": [("cuda", "cpp", 0, "source_code")],
+    "triton": [("python", "triton", 1, "source_code")],
+    "RawKernel": [("cuda", "cuda", 0, "code")],
+    "RawModule": [("cuda", "cuda", 0, "code")],
+    "load_inline": [("cuda", "cpp", 1, "cpp_sources"), ("cuda", "cuda", 2, "cuda_sources")],
+}
+_PASS_THROUGH = {"dedent", "strip", "lstrip", "rstrip", "replace", "encode", "str", "format",
+                 "indent"}
+
+
+class _Context:
+    def __init__(self, code: bytes, root: ts.Node):
+        self.code = code
+        self.root = root
+        self.assignments: dict[str, list[tuple[int, ts.Node]]] = {}
+        self._groups = 0
+        for node in _walk(root):
+            if node.type == "assignment":
+                left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+                if left is not None and right is not None and left.type == "identifier":
+                    self.assignments.setdefault(self.text(left), []).append((node.start_byte, right))
+
+    def text(self, node: ts.Node) -> str:
+        return self.code[node.start_byte:node.end_byte].decode("utf-8", "replace")
+
+    def new_group(self) -> int:
+        self._groups += 1
+        return self._groups
+
+    # -- calls ---------------------------------------------------------------------------
+    def call_sources(self) -> list[Source]:
+        out = []
+        for node in _walk(self.root):
+            if node.type != "call":
+                continue
+            fn = node.child_by_field_name("function")
+            if fn is None:
+                continue
+            last = self.text(fn).rsplit(".", 1)[-1].strip()
+            if last not in _COMPILERS:
+                continue
+            if last in ("cpp", "triton") and "async_compile" not in self.text(fn):
+                continue
+            args = node.child_by_field_name("arguments")
+            if args is None:
+                continue
+            positional = [a for a in args.named_children
+                          if a.type not in ("keyword_argument", "comment",
+                                            "list_splat", "dictionary_splat")]
+            keywords = {}
+            for a in args.named_children:
+                if a.type == "keyword_argument":
+                    k, v = a.child_by_field_name("name"), a.child_by_field_name("value")
+                    if k is not None and v is not None:
+                        keywords[self.text(k)] = v
+            label = None
+            if node.parent is not None and node.parent.type == "assignment":
+                left = node.parent.child_by_field_name("left")
+                if left is not None and left.type == "identifier":
+                    label = self.text(left)
+            exported = []
+            if last == "load_inline":
+                fnode = keywords.get("functions") or (positional[3] if len(positional) > 3 else None)
+                if fnode is not None:
+                    exported = [s for s in re.findall(r"['\"]([A-Za-z_]\w*)['\"]", self.text(fnode))]
+            for grammar, lang, pos, kw in _COMPILERS[last]:
+                value = keywords.get(kw) or (positional[pos] if len(positional) > pos else None)
+                if value is None:
+                    continue
+                for item in self.items(value, set()):
+                    segs = self.resolve(item, self.new_group(), set())
+                    if any(s.file_start is not None for s in segs):
+                        out.append(Source(segs, grammar, lang, label, exported))
+        return out
+
+    def items(self, node: ts.Node, seen: set) -> list[ts.Node]:
+        """A sources argument may be one string or a list of them (possibly via a variable)."""
+        if node.type in ("list", "tuple"):
+            return [c for c in node.named_children if c.type != "comment"]
+        if node.type == "identifier" and node.start_byte not in seen:
+            target = self.lookup(node)
+            if target is not None and target.type in ("list", "tuple"):
+                seen.add(node.start_byte)
+                return self.items(target, seen)
+        return [node]
+
+    def lookup(self, ident: ts.Node) -> ts.Node | None:
+        """The value last assigned to a name before its use (else the first one after it)."""
+        cands = self.assignments.get(self.text(ident))
+        if not cands:
+            return None
+        before = [v for start, v in cands if start < ident.start_byte]
+        return before[-1] if before else cands[0][1]
+
+    # -- string values -------------------------------------------------------------------
+    def resolve(self, node: ts.Node, group: int, seen: set, fmt: bool = False) -> list[Seg]:
+        t = node.type
+        if t == "string":
+            return [self.literal(node, group, fmt)]
+        if t == "concatenated_string":
+            return [self.literal(c, group, fmt) for c in node.named_children if c.type == "string"]
+        if t == "parenthesized_expression":
+            inner = [c for c in node.named_children if c.type != "comment"]
+            if len(inner) == 1:
+                return self.resolve(inner[0], group, seen, fmt)
+        if t == "binary_operator":
+            op = node.child_by_field_name("operator")
+            left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+            if op is not None and left is not None and right is not None:
+                if op.type == "+":
+                    return self.resolve(left, group, seen, fmt) + self.resolve(right, group, seen, fmt)
+                if op.type == "%":
+                    return self.resolve(left, group, seen, fmt)
+        if t == "identifier" and node.start_byte not in seen and len(seen) < 32:
+            target = self.lookup(node)
+            if target is not None:
+                return self.resolve(target, self.new_group(), seen | {node.start_byte}, fmt)
+        if t == "call":
+            fn = node.child_by_field_name("function")
+            args = node.child_by_field_name("arguments")
+            if fn is not None:
+                last = self.text(fn).rsplit(".", 1)[-1].strip()
+                if fn.type == "attribute" and last == "join" and args is not None:
+                    items = [a for a in args.named_children if a.type != "comment"]
+                    if len(items) == 1 and items[0].type in ("list", "tuple"):
+                        segs: list[Seg] = []
+                        for el in items[0].named_children:
+                            segs += self.resolve(el, group, seen, fmt) + [_opaque(group)]
+                        return segs
+                if last in _PASS_THROUGH:
+                    if fn.type == "attribute":
+                        obj = fn.child_by_field_name("object")
+                        if obj is not None:
+                            return self.resolve(obj, group, seen, fmt or last == "format")
+                    elif args is not None:
+                        first = [a for a in args.named_children if a.type != "comment"]
+                        if first:
+                            return self.resolve(first[0], group, seen, fmt)
+        return [_opaque(group)]
+
+    def literal(self, node: ts.Node, group: int, fmt: bool) -> Seg:
+        """A string literal's content as it reads in the file (same length, parser-friendly)."""
+        start = end = None
+        is_f = False
+        for c in node.children:
+            if c.type == "string_start":
+                start = c.end_byte
+                is_f = "f" in self.code[c.start_byte:c.end_byte].decode("ascii", "replace").lower()
+            elif c.type == "string_end":
+                end = c.start_byte
+        if start is None or end is None or end < start:
+            return _opaque(group)
+        shadow = bytearray(self.code[start:end])
+        for c in _walk(node):
+            if c.type == "escape_sequence":
+                _unescape(shadow, c.start_byte - start, c.end_byte - start)
+        if is_f:
+            for c in node.children:
+                if c.type == "interpolation":
+                    _blank(shadow, c.start_byte - start, c.end_byte - start)
+        if is_f or fmt:
+            _undouble(shadow)
+        if fmt:
+            for m in re.finditer(rb"\{[^{}\n]*\}", bytes(shadow)):
+                _blank(shadow, m.start(), m.end())
+        return Seg(bytes(shadow), start, group, is_f or fmt)
+
+    # -- strings nobody passed to a compiler call we know --------------------------------
+    def loose_literals(self, have: list[Source]) -> list[Source]:
+        """String literals that hold kernel text but reach no call we recognize."""
+        covered = [(s.file_start, s.file_start + len(s.shadow)) for src in have[1:]
+                   for s in src.segs if s.file_start is not None]
+        out = []
+        for node in _walk(self.root):
+            if node.type not in ("string", "concatenated_string"):
+                continue
+            if node.parent is not None and node.parent.type == "concatenated_string":
+                continue
+            body = self.code[node.start_byte:node.end_byte]
+            if b"__global__" in body:
+                grammar = "cuda"
+            elif re.search(rb"@\s*(triton\.)?jit\b", body) and b"def " in body:
+                grammar = "python"
+            elif re.search(rb"\bkernel\s*\(", body) and b"{" in body:
+                grammar = "cuda"
+            else:
+                continue
+            if any(a <= node.start_byte < b or node.start_byte <= a < node.end_byte
+                   for a, b in covered):
+                continue
+            out.append(Source(self.resolve(node, self.new_group(), set()), grammar))
+        return out
+
+
+def _opaque(group: int) -> Seg:
+    return Seg(b"\n", None, group)
+
+
+def _blank(buf: bytearray, a: int, b: int) -> None:
+    for i in range(a, b):
+        if buf[i] not in (0x0A, 0x0D):
+            buf[i] = 0x5F  # '_': interpolations read as identifiers
+
+
+_SIMPLE_ESCAPES = {ord("n"): 0x0A, ord("t"): 0x09, ord('"'): 0x22, ord("'"): 0x27,
+                   ord("\\"): 0x5C, ord("r"): 0x20}
+
+
+def _unescape(buf: bytearray, a: int, b: int) -> None:
+    """`\\n` -> ` <newline>` (same length): the parser sees the line breaks the value has."""
+    if b - a == 2 and buf[a] == 0x5C and buf[a + 1] in _SIMPLE_ESCAPES:
+        buf[a], buf[a + 1] = 0x20, _SIMPLE_ESCAPES[buf[a + 1]]
+
+
+def _undouble(buf: bytearray) -> None:
+    """`{{` -> `{ ` and `}}` -> ` }` (same length), so that f-string/format text reads as C."""
+    i = 0
+    while i < len(buf) - 1:
+        if buf[i] == 0x7B and buf[i + 1] == 0x7B:
+            buf[i + 1] = 0x20
+            i += 2
+        elif buf[i] == 0x7D and buf[i + 1] == 0x7D:
+            buf[i] = 0x20
+            i += 2
+        else:
+            i += 1
+
+
+def _walk(node: ts.Node):
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(n.children))
+
+
+# ---------------------------------------------------------------------------------------------
+# Definitions inside one parsed source (offsets relative to its shadow text)
+
+
+@dataclass
+class _Def:
+    lang: str
+    name: str
+    name_at: int
+    start: int
+    end: int
+    body_start: int
+    body_end: int
+
+
+class _PyInfo:
+    """Across every Python text of a program: which @triton.jit functions are launched kernels."""
+
+    def __init__(self):
+        self.launched: set[str] = set()
+        self.called_in_jit: set[str] = set()
+
+    def scan(self, root: ts.Node, text: bytes) -> None:
+        for node in _walk(root):
+            if node.type != "call":
+                continue
+            fn = node.child_by_field_name("function")
+            if fn is None:
+                continue
+            if fn.type == "subscript":
+                value = fn.child_by_field_name("value")
+                if value is not None:
+                    self.launched.add(_last_name(text[value.start_byte:value.end_byte]))
+            elif _inside_jit(node, text):
+                self.called_in_jit.add(_last_name(text[fn.start_byte:fn.end_byte]))
+
+
+def _last_name(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace").rsplit(".", 1)[-1].strip()
+
+
+_JIT = re.compile(r"^@\s*(triton\s*\.\s*)?jit\b")
+
+
+def _jit_decorator(dd: ts.Node, text: bytes) -> ts.Node | None:
+    for c in dd.children:
+        if c.type == "decorator" and _JIT.match(text[c.start_byte:c.end_byte].decode("utf-8", "replace")):
+            return c
+    return None
+
+
+def _inside_jit(node: ts.Node, text: bytes) -> bool:
+    p = node.parent
+    while p is not None:
+        if p.type == "decorated_definition" and _jit_decorator(p, text) is not None:
+            return True
+        p = p.parent
+    return False
+
+
+def _triton_defs(root: ts.Node, text: bytes, info: _PyInfo) -> list[_Def]:
+    out = []
+    for node in _walk(root):
+        if node.type != "decorated_definition":
+            continue
+        jit = _jit_decorator(node, text)
+        fn = node.child_by_field_name("definition")
+        if jit is None or fn is None or fn.type != "function_definition":
+            continue
+        name_node, block = fn.child_by_field_name("name"), fn.child_by_field_name("body")
+        if name_node is None or block is None:
+            continue
+        name = text[name_node.start_byte:name_node.end_byte].decode("utf-8", "replace")
+        if name in info.called_in_jit and name not in info.launched:
+            continue  # a @triton.jit helper called from a kernel: scaffold, not core
+        colon = next((c for c in fn.children if c.type == ":"), None)
+        body_start = block.start_byte
+        if colon is not None:
+            nl = text.find(b"\n", colon.end_byte, block.start_byte)
+            if nl != -1:
+                body_start = nl + 1
+        out.append(_Def("triton", name, name_node.start_byte, jit.start_byte, fn.end_byte,
+                        body_start, block.end_byte))
+    return out
+
+
+def _c_defs(root: ts.Node, text: bytes, exported: set[str], has_global: bool) -> list[_Def]:
+    out = []
+    for node in _walk(root):
+        if node.type != "function_definition":
+            continue
+        body = node.child_by_field_name("body")
+        decl = node.child_by_field_name("declarator")
+        if body is None or decl is None or body.type != "compound_statement":
+            continue
+        name_node = _declarator_name(decl)
+        if name_node is None:
+            continue
+        name = text[name_node.start_byte:name_node.end_byte].decode("utf-8", "replace")
+        if any(c.type == "__global__" for c in node.children):
+            lang = "cuda"
+        elif not has_global and (name == "kernel" or name in exported):
+            lang = "cpp"
+        else:
+            continue
+        outer = node
+        while outer.parent is not None and outer.parent.type in ("template_declaration",
+                                                                 "linkage_specification"):
+            if outer.parent.type == "linkage_specification" and \
+                    outer.parent.child_by_field_name("body") != outer:
+                break
+            outer = outer.parent
+        end = body.end_byte
+        if text[body.end_byte - 1:body.end_byte] == b"}" and text[body.start_byte:body.start_byte + 1] == b"{":
+            b0, b1 = body.start_byte + 1, body.end_byte - 1
+        else:  # a body the parser had to close itself: keep what is there
+            b0, b1 = body.start_byte, body.end_byte
+        out.append(_Def(lang, name, name_node.start_byte, outer.start_byte, max(end, outer.end_byte),
+                        b0, b1))
+    return out
+
+
+def _declarator_name(decl: ts.Node) -> ts.Node | None:
+    """The identifier a (possibly pointer/reference/qualified) declarator declares."""
+    node = decl
+    for _ in range(8):
+        if node.type == "function_declarator":
+            inner = node.child_by_field_name("declarator")
+            if inner is None:
+                return None
+            if inner.type in ("identifier", "field_identifier"):
+                return inner
+            if inner.type in ("qualified_identifier", "template_function"):
+                names = [c for c in _walk(inner) if c.type == "identifier"]
+                return names[-1] if names else None
+            node = inner
+            continue
+        inner = node.child_by_field_name("declarator")
+        if inner is None:
+            return None
+        node = inner
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# From shadow offsets back to the file
+
+
+def _locate(src: Source, pos: int) -> tuple[int, int]:
+    """(segment index, segment's start in the shadow) of the byte at `pos`."""
+    at = 0
+    for i, s in enumerate(src.segs):
+        if at <= pos < at + len(s.shadow):
+            return i, at
+        at += len(s.shadow)
+    return len(src.segs) - 1, at - len(src.segs[-1].shadow)
+
+
+def _map_range(src: Source, a: int, b: int, anchor: int) -> tuple[int, int, bool] | None:
+    """Shadow [a, b) -> file [x, y): directly when both ends lie in one expression of the file,
+    else clipped to the literal that holds `anchor` (the definition's name)."""
+    if b <= a:
+        i, base = _locate(src, a)
+        s = src.segs[i]
+        if s.file_start is None:
+            return None
+        x = s.file_start + (a - base)
+        return x, x, False
+    ia, base_a = _locate(src, a)
+    ib, base_b = _locate(src, b - 1)
+    sa, sb = src.segs[ia], src.segs[ib]
+    if sa.file_start is not None and sb.file_start is not None and sa.group == sb.group:
+        x = sa.file_start + (a - base_a)
+        y = sb.file_start + (b - 1 - base_b) + 1
+        if x <= y:
+            return x, y, False
+    ik, base_k = _locate(src, anchor)
+    sk = src.segs[ik]
+    if sk.file_start is None:
+        return None
+    lo, hi = max(a, base_k), min(b, base_k + len(sk.shadow))
+    return sk.file_start + (lo - base_k), sk.file_start + (hi - base_k), True
+
+
+def _map_def(src: Source, d: _Def, code: bytes) -> Core | None:
+    whole = _map_range(src, d.start, d.end, d.name_at)
+    if whole is None:
+        return None
+    body = _map_range(src, d.body_start, d.body_end, d.name_at if d.body_start >= d.body_end
+                      else d.body_start)
+    if body is None or (not whole[2] and not (whole[0] <= body[0] <= body[1] <= whole[1])):
+        body = (whole[0], whole[1], whole[2])
+    elif src.segs[_locate(src, d.body_start)[0]].doubled:
+        x, y, clipped = body  # `{{ ... }}` in the file: the body lies inside both braces
+        if x < y and code[x:x + 1] == b"{" and code[x - 1:x] == b"{":
+            x += 1
+        if x < y and code[y - 1:y + 1] == b"}}":
+            y -= 1
+        body = (x, y, clipped)
+    label = src.label if (d.lang == "cpp" and d.name == "kernel") else None
+    return Core(d.lang, d.name, whole[0], whole[1], body[0], body[1], whole[2] or body[2], label)
+
+
+def _dedupe(cores: list[Core]) -> list[Core]:
+    """One core per file range; a core inside another is dropped (the outer one is the kernel)."""
+    cores = sorted(cores, key=lambda c: (c.start, -c.end))
+    out: list[Core] = []
+    for c in cores:
+        if out and out[-1].start <= c.start and c.end <= out[-1].end:
+            continue
+        if out and c.start < out[-1].end:  # partial overlap: keep the first
+            continue
+        out.append(c)
+    return out

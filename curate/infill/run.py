@@ -1,0 +1,83 @@
+"""Run split-infill over a table or a build directory (data/ shards -> infill/ shards)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from .. import __version__
+from ..errors import BadInput
+from ..hub.shards import write_shards
+from ..pipeline.runner import StageStats
+from ..pipeline.single import run_single
+from ..tableio import TableWriter, read_batches, sibling
+from .step import SplitInfill
+
+
+def split_table(inp: str | Path, out: str | Path, *, granularity: str = "kernel",
+                multi: str = "per-kernel", fim_format: str = "none",
+                progress: bool = True) -> StageStats:
+    """IN -> OUT (infill rows); rows without a core go to OUT's `.rejected` sibling."""
+    step = SplitInfill(granularity, multi, fim_format)
+    return run_single(step, inp, out, progress=progress)
+
+
+def split_build_dir(build: str | Path, *, granularity: str = "kernel", multi: str = "per-kernel",
+                    fim_format: str = "none", progress: bool = True) -> tuple[StageStats, dict]:
+    """A build's data/ shards -> <build>/infill/train-*.parquet and <build>/infill/config.json.
+
+    The stage's own table, its rejected rows and ledger live in <build>/stages/ like every other
+    stage's, so that infill/ holds only what the Hub should serve.
+    """
+    build = Path(build)
+    shards = sorted((build / "data").glob("*.parquet"))
+    if not shards:
+        raise BadInput("the build directory has no data/*.parquet shards", path=str(build),
+                       fix="run `curate build` first (or pass a table)")
+    stages = build / "stages"
+    stages.mkdir(parents=True, exist_ok=True)
+    table = stages / "split-infill.parquet"
+    if len(shards) == 1:
+        inp = shards[0]
+    else:
+        inp = stages / "split-infill.input.parquet"
+        with TableWriter(inp) as w:
+            for shard in shards:
+                for batch in read_batches(shard):
+                    w.write(batch)
+    st = split_table(inp, table, granularity=granularity, multi=multi, fim_format=fim_format,
+                     progress=progress)
+    written = write_shards(table, build / "infill", split="train")
+    kinds = Counter()
+    split_pairs = set()
+    rows = 0
+    for path in written:
+        t = pq.read_table(path, columns=["id", "core_kind"])
+        rows += t.num_rows
+        kinds.update(k for k in t.column("core_kind").to_pylist() if k)
+        split_pairs.update(t.column("id").to_pylist())
+    summary = {
+        "curate_version": __version__,
+        "config_name": "infill",
+        "granularity": granularity,
+        "multi": multi,
+        "fim_format": fim_format,
+        "text_column": fim_format != "none",
+        "invariant": "prefix + core + suffix == kernel_code",
+        "pairs_in": st.rows_in,
+        "pairs_split": st.rows_in - st.dropped,
+        "pairs_rejected": st.dropped,
+        "rows": rows,
+        "core_kinds": dict(sorted(kinds.items())),
+        "reasons": dict(sorted(st.reasons.items(), key=lambda kv: -kv[1])),
+        "shards": [p.relative_to(build).as_posix() for p in written],
+        "data_files": "infill/train-*.parquet",
+        "rejected_table": sibling(table, "rejected").relative_to(build).as_posix(),
+        "table": table.relative_to(build).as_posix(),
+    }
+    (build / "infill" / "config.json").write_text(json.dumps(summary, indent=2) + "\n")
+    summary["table"] = str(table)
+    return st, summary
