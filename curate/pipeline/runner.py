@@ -48,6 +48,7 @@ class StageStats:
     seconds: float = 0.0
     reasons: Counter = field(default_factory=Counter)
     skipped: bool = False
+    extra: dict = field(default_factory=dict)  # what the step reports (Step.stats(), if any)
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
@@ -105,6 +106,9 @@ class Runner:
                     outcomes = self._process(step, sid, rows, keys, scope, st, bar)
                     st.rows_in += len(rows)
                     self._tally(st, outcomes, kept, dropped, step.name)
+            report = getattr(step, "stats", None)
+            if callable(report):
+                st.extra = report() or {}
         finally:
             step.teardown()
             bar.close()
