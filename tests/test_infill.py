@@ -338,3 +338,13 @@ def test_cpp_row_is_solvable_on_cpu():
     rows, _ = split_row(row_of("cpp_inductor_add_relu.py", "add_relu.py"), SplitConfig("body"))
     (res,) = check_solvable(rows, subprocess_verify)
     assert res.full == "verified" and res.empty == "incorrect" and res.solvable, res
+
+
+def test_pipeline_step_from_yaml_settings():
+    from curate.errors import BadInput
+    from curate.pipeline import config as pconfig
+    (step,) = pconfig.build_steps({"steps": [{"split-infill": {"granularity": "body",
+                                                               "fim_format": "qwen"}}]})
+    assert isinstance(step, SplitInfill) and step.config()["granularity"] == "body"
+    with pytest.raises(BadInput):
+        pconfig.build_steps({"steps": [{"split-infill": {"granularity": "line"}}]})

@@ -369,6 +369,7 @@ class _Def:
     lang: str
     name: str
     name_at: int
+    name_end: int
     start: int
     end: int
     body_start: int
@@ -441,7 +442,8 @@ def _triton_defs(root: ts.Node, text: bytes, info: _PyInfo) -> list[_Def]:
             nl = text.find(b"\n", colon.end_byte, block.start_byte)
             if nl != -1:
                 body_start = nl + 1
-        out.append(_Def("triton", name, name_node.start_byte, jit.start_byte, fn.end_byte,
+        out.append(_Def("triton", name, name_node.start_byte, name_node.end_byte,
+                        jit.start_byte, fn.end_byte,
                         body_start, block.end_byte))
     return out
 
@@ -477,7 +479,8 @@ def _c_defs(root: ts.Node, text: bytes, exported: set[str], has_global: bool) ->
             b0, b1 = body.start_byte + 1, body.end_byte - 1
         else:  # a body the parser had to close itself: keep what is there
             b0, b1 = body.start_byte, body.end_byte
-        out.append(_Def(lang, name, name_node.start_byte, outer.start_byte, max(end, outer.end_byte),
+        out.append(_Def(lang, name, name_node.start_byte, name_node.end_byte, outer.start_byte,
+                        max(end, outer.end_byte),
                         b0, b1))
     return out
 
@@ -560,7 +563,11 @@ def _map_def(src: Source, d: _Def, code: bytes) -> Core | None:
             y -= 1
         body = (x, y, clipped)
     label = src.label if (d.lang == "cpp" and d.name == "kernel") else None
-    return Core(d.lang, d.name, whole[0], whole[1], body[0], body[1], whole[2] or body[2], label)
+    name = d.name
+    spot = _map_range(src, d.name_at, d.name_end, d.name_at)
+    if spot is not None and not spot[2]:  # the name as the file spells it (`{name}` in f-strings)
+        name = code[spot[0]:spot[1]].decode("utf-8", "replace")
+    return Core(d.lang, name, whole[0], whole[1], body[0], body[1], whole[2] or body[2], label)
 
 
 def _dedupe(cores: list[Core]) -> list[Core]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
+from ..errors import BadInput
 from ..pipeline.step import Outcome, Step
 from .split import SplitConfig, split_row
 
@@ -14,7 +17,11 @@ class SplitInfill(Step):
 
     def __init__(self, granularity: str = "kernel", multi: str = "per-kernel",
                  fim_format: str = "none"):
-        self.cfg = SplitConfig(granularity, multi, fim_format)
+        try:
+            self.cfg = SplitConfig(granularity, multi, fim_format)
+        except ValueError as exc:
+            raise BadInput(f"split-infill: {exc}", fix="see `curate split-infill --help`") from None
+        self.kinds: Counter = Counter()
 
     def config(self) -> dict:
         return {"granularity": self.cfg.granularity, "multi": self.cfg.multi,
@@ -24,5 +31,10 @@ class SplitInfill(Step):
         out = []
         for row in rows:
             kept, reasons = split_row(row, self.cfg)
+            self.kinds.update(r["core_kind"] for r in kept)
             out.append(Outcome.keep(*kept) if kept else Outcome.drop(dict(row), *reasons))
         return out
+
+    def stats(self) -> dict:
+        """Infill rows made in this run, by core kind (rows read back from the ledger excluded)."""
+        return {"core_kinds": dict(sorted(self.kinds.items()))}

@@ -12,6 +12,7 @@ STEPS = {
     "dedup": "curate.dedup.step:Dedup",
     "verify": "curate.verify.step:Verify",
     "keep": "curate.pipeline.keep:KeepVerified",
+    "split-infill": "curate.infill.step:SplitInfill",
 }
 SOURCES = {
     "ingest": "curate.sources.ingest:IngestSource",
