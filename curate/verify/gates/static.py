@@ -1,0 +1,538 @@
+"""Static gates: read the candidate program's AST (never run it) and name what looks deceptive.
+
+`static_findings(kernel_code, pytorch_code)` returns `[(reason, severity)]` with severity
+"fail" (the row becomes `deceptive`) or "warn" (the reason is recorded, the row may still verify).
+It runs in the parent before a row is dispatched to a worker, so it must be cheap and must never
+execute the code.
+
+What counts as a custom kernel:
+- Triton: a function decorated with `triton.jit` (or `jit`, `triton.autotune`, `triton.heuristics`),
+  launched as `kernel[grid](...)`, `kernel.run(...)` or `kernel.warmup(...)`;
+- CUDA / C++: the result of `load_inline`, `cpp_extension.load`, inductor's
+  `async_compile.cpp_pybinding` / `.cpp` / `.triton` / `.cuda`, or `load_pybinding`, referenced
+  from forward (`ext.fn(...)`, `self.ext.fn(...)`, `kernel(...)`).
+
+Reachability is by name and over-approximates (a call `x.foo()` reaches every function named
+`foo` in the file): a false "reached" costs nothing here because the dynamic gates check what
+actually ran; a false "not reached" would reject honest code.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+FAIL, WARN = "fail", "warn"
+
+# Calls whose result is a compiled custom kernel (or a module of them).
+KERNEL_FACTORIES = {"load_inline", "load", "cpp_pybinding", "cpp", "triton", "cuda",
+                    "load_pybinding", "load_pybinding_async", "compile_kernel", "RawKernel",
+                    "RawModule", "_cuda_compile"}
+# `cpp`, `triton`, `cuda` and `load` are kernel factories only as methods of these objects.
+_FACTORY_OWNERS = {"async_compile", "AsyncCompile", "cpp_extension", "CppCodeCache",
+                   "CppPythonBindingsCodeCache", "extension", "cupy", "cp", "torch_ext"}
+_AMBIGUOUS_FACTORIES = {"load", "cpp", "triton", "cuda"}
+
+# Modules and attributes that reach into the harness or the process around the candidate.
+_FORBIDDEN_MODULES = {
+    "gc": "gc", "inspect": "inspect", "ctypes": "ctypes", "builtins": "builtins",
+    "importlib": "importlib", "socket": "network", "urllib": "network", "http": "network",
+    "requests": "network", "httpx": "network", "aiohttp": "network", "ftplib": "network",
+    "smtplib": "network", "subprocess": "process", "multiprocessing": "process",
+    "pty": "process", "signal": "process", "threading": "threading", "_thread": "threading",
+    "unittest": "mock", "mock": "mock", "pickle": "pickle", "marshal": "pickle",
+    "dill": "pickle", "cloudpickle": "pickle", "tracemalloc": "tracemalloc",
+    "faulthandler": "process", "resource": "process", "mmap": "mmap", "sysconfig": None,
+}
+_CTYPES_HARMLESS = re.compile(r"^c_\w+$")  # inductor's `from ctypes import c_void_p, c_long`
+_FRAME_ATTRS = {"f_back", "f_locals", "f_globals", "f_builtins", "f_code", "tb_frame",
+                "tb_next", "gi_frame", "cr_frame", "ag_frame", "__globals__", "__closure__",
+                "__code__", "__subclasses__", "__builtins__", "__self_class__", "co_consts"}
+_SYS_FORBIDDEN = {"_getframe", "_current_frames", "settrace", "setprofile", "modules",
+                  "addaudithook", "exc_info", "exception", "last_traceback", "meta_path",
+                  "path_hooks", "_clear_type_cache", "monitoring", "setrecursionlimit"}
+_OS_FORBIDDEN = {"system", "popen", "fork", "forkpty", "kill", "killpg", "execv", "execve",
+                 "execvp", "execl", "execlp", "spawnv", "spawnl", "posix_spawn", "_exit",
+                 "setsid", "setpgid", "unshare", "setns", "dup2"}
+_DYNAMIC_CODE = {"eval", "exec", "__import__", "compile", "breakpoint"}
+# Patching any attribute of these modules changes what the harness measures or compares.
+_PATCH_ROOTS = {"torch", "time", "triton", "tl", "F", "nn", "np", "numpy", "math", "sys", "os",
+                "gc", "builtins", "random", "cuda", "perf_counter", "functools"}
+
+_REDUCED_PRECISION = re.compile(
+    r"\b(torch\.(float16|half|bfloat16|float8\w*)|tl\.(float16|bfloat16|float8\w*)|"
+    r"__half2?|half2|__nv_bfloat16\w*|__float2half\w*|__half2float|__float2bfloat16\w*|"
+    r"__hadd|__hmul|__hfma|at::(kHalf|kBFloat16|Half|BFloat16)|torch::(kHalf|kBFloat16)|"
+    r"c10::(Half|BFloat16)|autocast|nv_bfloat16|cuda_fp16\.h|cuda_bf16\.h|wmma::precision)\b|"
+    r"\.(half|bfloat16)\(\)|\bdtype\s*=\s*['\"](float16|bfloat16|half)['\"]")
+_REF_LOW_PRECISION = re.compile(r"float16|bfloat16|\bhalf\b|\.half\(\)|autocast|float8|fp16|bf16")
+_TF32 = re.compile(r"allow_tf32\s*=\s*True|input_precision\s*=\s*['\"]tf32|"
+                   r"set_float32_matmul_precision|\.allow_tf32\s*=|cublasSetMathMode|"
+                   r"CUBLAS_TF32|fp32_precision")
+_SIDE_STREAM = re.compile(r"torch\.cuda\.Stream\s*\(|torch\.cuda\.stream\s*\(|\bStream\s*\(|"
+                          r"cudaStreamCreate|getStreamFromPool|cudaStreamNonBlocking")
+_STREAM_JOIN = re.compile(r"wait_stream|wait_event|\.synchronize\s*\(|cudaStreamSynchronize|"
+                          r"cudaDeviceSynchronize|cudaStreamWaitEvent|record_stream")
+_CUDA_KERNEL = re.compile(r"__global__")
+_CUDA_LAUNCH = re.compile(r"<<<|cudaLaunchKernel|cuLaunchKernel|AT_DISPATCH|kernel\s*\(")
+_TORCH_IN_EXTENSION = re.compile(
+    r"\b(torch|at)::(matmul|mm|bmm|addmm|conv\w*|linear|softmax|log_softmax|layer_norm|"
+    r"batch_norm|group_norm|relu|gelu|sigmoid|tanh|exp|sum|mean|max_pool\w*|avg_pool\w*|"
+    r"einsum|baddbmm|cross_entropy|mse_loss|scaled_dot_product_attention)\s*\(")
+# torch functions that do arithmetic (as opposed to allocation, views and metadata).
+_TORCH_COMPUTE = {
+    "matmul", "mm", "bmm", "addmm", "baddbmm", "einsum", "conv1d", "conv2d", "conv3d",
+    "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "linear", "softmax",
+    "log_softmax", "layer_norm", "batch_norm", "group_norm", "instance_norm", "relu", "gelu",
+    "silu", "sigmoid", "tanh", "mish", "hardswish", "hardtanh", "leaky_relu", "elu", "selu",
+    "softplus", "dropout", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d",
+    "avg_pool2d", "avg_pool3d", "adaptive_avg_pool2d", "scaled_dot_product_attention",
+    "cross_entropy", "mse_loss", "smooth_l1_loss", "kl_div", "cosine_similarity",
+    "logsumexp", "cumsum", "cumprod", "norm", "normalize", "lstm", "gru", "rnn_tanh",
+}
+
+
+@dataclass
+class _Func:
+    name: str
+    node: ast.AST
+    owner: str | None = None  # class name for methods
+    refs: set[str] = field(default_factory=set)
+
+
+class _Program:
+    """Names, functions, kernels and kernel handles of one candidate module."""
+
+    def __init__(self, tree: ast.Module, code: str):
+        self.tree, self.code = tree, code
+        self.funcs: dict[str, list[_Func]] = {}
+        self.classes: dict[str, ast.ClassDef] = {}
+        self.triton_kernels: set[str] = set()
+        self.handles: set[str] = set()       # names bound to compiled kernels / extensions
+        self.factories: set[str] = set()     # local functions that return a compiled kernel
+        self.aliases: dict[str, set[str]] = {}  # module-level `a = <expr>`: a -> names in expr
+        self.module_aliases: dict[str, str] = {}  # `import numpy as np` -> np: numpy
+        self._collect()
+
+    # -- collection ------------------------------------------------------------------------
+    def _collect(self) -> None:
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.ClassDef):
+                self.classes[node.name] = node
+                for item in node.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        self._add_func(item, node.name)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                for a in node.names:
+                    full = a.name if isinstance(node, ast.Import) else \
+                        f"{node.module or ''}.{a.name}"
+                    self.module_aliases[a.asname or a.name.split(".")[0]] = full
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    not any(node is f.node for fs in self.funcs.values() for f in fs):
+                self._add_func(node, None)
+        for fs in self.funcs.values():
+            for f in fs:
+                if self._is_triton(f.node):
+                    self.triton_kernels.add(f.name)
+        # kernel handles: names bound from a kernel factory, transitively through local helpers
+        for _ in range(4):
+            before = (len(self.handles), len(self.factories))
+            for fs in self.funcs.values():
+                for f in fs:
+                    for sub in ast.walk(f.node):
+                        if isinstance(sub, ast.Return) and sub.value is not None and \
+                                self._makes_kernel(sub.value):
+                            self.factories.add(f.name)
+            for node in ast.walk(self.tree):
+                targets, value = _assign_parts(node)
+                if value is not None and self._makes_kernel(value):
+                    for t in targets:
+                        self.handles.update(_target_names(t))
+            if (len(self.handles), len(self.factories)) == before:
+                break
+        for node in self.tree.body:
+            targets, value = _assign_parts(node)
+            if value is not None:
+                refs = _referenced_names(value)
+                for t in targets:
+                    for n in _target_names(t):
+                        self.aliases.setdefault(n, set()).update(refs)
+
+    def _add_func(self, node, owner):
+        f = _Func(node.name, node, owner, _referenced_names(node))
+        self.funcs.setdefault(node.name, []).append(f)
+
+    @staticmethod
+    def _is_triton(node) -> bool:
+        for d in getattr(node, "decorator_list", []):
+            text = ast.unparse(d)
+            if re.search(r"\b(jit|autotune|heuristics)\b", text) and "torch.jit" not in text:
+                return True
+        return False
+
+    def _makes_kernel(self, value: ast.AST) -> bool:
+        for sub in ast.walk(value):
+            if not isinstance(sub, ast.Call):
+                continue
+            fn = sub.func
+            name = fn.attr if isinstance(fn, ast.Attribute) else fn.id if \
+                isinstance(fn, ast.Name) else None
+            if name is None:
+                continue
+            if name in self.factories:
+                return True
+            if name not in KERNEL_FACTORIES:
+                continue
+            if name in _AMBIGUOUS_FACTORIES:
+                owner = _root_name(fn.value) if isinstance(fn, ast.Attribute) else None
+                full = self.module_aliases.get(name, "") if isinstance(fn, ast.Name) else ""
+                if (owner in _FACTORY_OWNERS or "cpp_extension" in ast.unparse(fn)
+                        or "cpp_extension" in full):
+                    return True
+                continue
+            return True
+        return False
+
+    # -- queries -----------------------------------------------------------------------------
+    def entry_class(self) -> str | None:
+        if "ModelNew" in self.classes:
+            return "ModelNew"
+        for name, node in self.classes.items():
+            if any(isinstance(i, ast.FunctionDef) and i.name == "forward" for i in node.body):
+                return name
+        return None
+
+    def reachable(self, start: list[_Func]) -> tuple[list[_Func], set[str]]:
+        """Functions reachable from `start` and every name they reference."""
+        seen_f: list[_Func] = []
+        names: set[str] = set()
+        todo = list(start)
+        seen_names: set[str] = set()
+        while todo:
+            f = todo.pop()
+            if any(f is g for g in seen_f):
+                continue
+            seen_f.append(f)
+            frontier = set(f.refs)
+            while frontier:
+                n = frontier.pop()
+                if n in seen_names:
+                    continue
+                seen_names.add(n)
+                names.add(n)
+                frontier.update(self.aliases.get(n, ()))
+                for g in self.funcs.get(n, []):
+                    if g.name in self.triton_kernels:
+                        continue  # a launch, not a Python call into the kernel
+                    todo.append(g)
+                if n in self.classes:  # MyFn.apply(...) reaches MyFn.forward/backward
+                    for item in self.classes[n].body:
+                        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                            todo.extend(g for g in self.funcs.get(item.name, [])
+                                        if g.owner == n)
+        return seen_f, names
+
+    def launches_in(self, node: ast.AST) -> set[str]:
+        """Kernel names launched or handles used directly inside `node`."""
+        hits = set()
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Subscript) and isinstance(sub.value, (ast.Name, ast.Attribute)):
+                n = _last_name(sub.value)
+                if n in self.triton_kernels:
+                    hits.add(n)
+            elif isinstance(sub, ast.Attribute) and sub.attr in ("run", "warmup", "launch") and \
+                    _last_name(sub.value) in self.triton_kernels:
+                hits.add(_last_name(sub.value))
+            elif isinstance(sub, (ast.Name, ast.Attribute)):
+                n = _last_name(sub)
+                if n in self.handles:
+                    hits.add(n)
+        return hits
+
+
+def _assign_parts(node) -> tuple[list[ast.AST], ast.AST | None]:
+    if isinstance(node, ast.Assign):
+        return node.targets, node.value
+    if isinstance(node, (ast.AnnAssign, ast.AugAssign)) and node.value is not None:
+        return [node.target], node.value
+    return [], None
+
+
+def _target_names(t: ast.AST) -> set[str]:
+    if isinstance(t, ast.Name):
+        return {t.id}
+    if isinstance(t, ast.Attribute):
+        return {t.attr}
+    if isinstance(t, (ast.Tuple, ast.List)):
+        out = set()
+        for e in t.elts:
+            out |= _target_names(e)
+        return out
+    if isinstance(t, ast.Subscript):
+        return _target_names(t.value)
+    return set()
+
+
+def _referenced_names(node: ast.AST) -> set[str]:
+    out = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name):
+            out.add(sub.id)
+        elif isinstance(sub, ast.Attribute):
+            out.add(sub.attr)
+    return out
+
+
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.value if not isinstance(node, ast.Call) else node.func
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _last_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def _dotted(node: ast.AST) -> str:
+    try:
+        return ast.unparse(node)
+    except Exception:  # noqa: BLE001
+        return "?"
+
+
+def _string_constants(tree: ast.AST) -> str:
+    return "\n".join(n.value for n in ast.walk(tree)
+                     if isinstance(n, ast.Constant) and isinstance(n.value, str))
+
+
+# -- the gates ---------------------------------------------------------------------------------
+
+def _harness_access(prog: _Program) -> list[str]:
+    """Reasons for code that reaches into the harness, the interpreter or the outside."""
+    found: list[str] = []
+
+    def add(r):
+        if r not in found:
+            found.append(r)
+
+    for node in ast.walk(prog.tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                top = a.name.split(".")[0]
+                tag = _FORBIDDEN_MODULES.get(top)
+                if tag:
+                    add(f"harness_access:{tag}")
+                if a.name.startswith("torch.testing") or a.name.startswith("torch._dynamo.eval"):
+                    add("harness_access:torch_testing")
+        elif isinstance(node, ast.ImportFrom):
+            top = (node.module or "").split(".")[0]
+            tag = _FORBIDDEN_MODULES.get(top)
+            if tag == "ctypes":
+                bad = [a.name for a in node.names if not _CTYPES_HARMLESS.match(a.name)]
+                if bad:
+                    add("harness_access:ctypes")
+            elif tag:
+                add(f"harness_access:{tag}")
+            if top == "sys" and any(a.name in _SYS_FORBIDDEN for a in node.names):
+                add("harness_access:sys")
+            if top == "os" and any(a.name in _OS_FORBIDDEN for a in node.names):
+                add("harness_access:process")
+        elif isinstance(node, ast.Attribute):
+            root = _root_name(node)
+            if node.attr in _FRAME_ATTRS:
+                add("harness_access:frames")
+            if root == "sys" and node.attr in _SYS_FORBIDDEN:
+                add("harness_access:sys" if node.attr != "_getframe" else "harness_access:frames")
+            if root == "os" and node.attr in _OS_FORBIDDEN:
+                add("harness_access:process")
+            if root in ("ctypes",) and not _CTYPES_HARMLESS.match(node.attr):
+                add("harness_access:ctypes")
+            if node.attr in ("_getframe", "_current_frames", "currentframe", "stack",
+                             "get_objects", "get_referrers", "get_referents"):
+                add("harness_access:frames" if "frame" in node.attr or node.attr == "stack"
+                    else "harness_access:gc")
+        elif isinstance(node, ast.Name):
+            if node.id in ("__builtins__", "__loader__", "__spec__"):
+                add("harness_access:builtins")
+            if node.id in _DYNAMIC_CODE and isinstance(getattr(node, "ctx", None), ast.Load):
+                add("harness_access:dynamic_code")
+        elif isinstance(node, ast.Call):
+            fn = node.func
+            name = _last_name(fn)
+            if name in ("setattr", "delattr") and isinstance(fn, ast.Name) and node.args:
+                root = _root_name(node.args[0])
+                if root in _PATCH_ROOTS or prog.module_aliases.get(root or "", "").split(".")[0] \
+                        in _PATCH_ROOTS:
+                    add(_patch_reason(_dotted(node.args[0])))
+            if name == "getattr" and isinstance(fn, ast.Name) and len(node.args) >= 2 and \
+                    not isinstance(node.args[1], ast.Constant) and \
+                    _root_name(node.args[0]) in _PATCH_ROOTS:
+                add("harness_access:dynamic_attribute")
+            if name in ("patch", "patch.object", "MonkeyPatch"):
+                add("harness_access:mock")
+            if name == "set_float32_matmul_precision" or name == "set_default_dtype":
+                add(f"harness_access:patch:torch.{name}")
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            for t in targets:
+                for el in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
+                    if isinstance(el, (ast.Attribute, ast.Subscript)):
+                        root = _root_name(el)
+                        full = prog.module_aliases.get(root or "", root or "")
+                        if root in _PATCH_ROOTS or full.split(".")[0] in _PATCH_ROOTS:
+                            if root == "os" and "environ" in _dotted(el):
+                                continue  # setting build variables (TORCH_CUDA_ARCH_LIST) is fine
+                            add(_patch_reason(_dotted(el)))
+    return found
+
+
+def _patch_reason(target: str) -> str:
+    timer = re.search(r"\b(time\.|perf_counter|monotonic|Event|elapsed_time|synchronize)", target)
+    return f"timer_patched:{target}" if timer else f"harness_access:patch:{target}"
+
+
+def _try_fallbacks(prog: _Program, reach_names: set[str]) -> bool:
+    """A try/except (or contextlib.suppress) around a launch or a kernel build."""
+    launching = set(prog.triton_kernels) | prog.handles | prog.factories
+    # names of functions that (transitively) launch
+    for _ in range(4):
+        grew = False
+        for name, fs in prog.funcs.items():
+            if name in launching or name in prog.triton_kernels:
+                continue
+            if any(prog.launches_in(f.node) or (f.refs & launching) for f in fs):
+                launching.add(name)
+                grew = True
+        if not grew:
+            break
+    for node in ast.walk(prog.tree):
+        bodies = None
+        if isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))) and node.handlers:
+            bodies = node.body
+        elif isinstance(node, (ast.With, ast.AsyncWith)) and any(
+                "suppress" in _dotted(i.context_expr) for i in node.items):
+            bodies = node.body
+        if not bodies:
+            continue
+        inner = ast.Module(body=list(bodies), type_ignores=[])
+        if prog.launches_in(inner) or prog._makes_kernel(inner) or \
+                (_referenced_names(inner) & launching):
+            return True
+    return False
+
+
+def static_findings(kernel_code: str | None, pytorch_code: str | None = None
+                    ) -> list[tuple[str, str]]:
+    """Every static gate that fails or warns on this candidate, as (reason, severity)."""
+    if not kernel_code or not kernel_code.strip():
+        return [("no_kernel_code", FAIL)]
+    try:
+        tree = ast.parse(kernel_code)
+    except SyntaxError as exc:
+        return [(f"syntax_error:line{exc.lineno}", FAIL)]
+    prog = _Program(tree, kernel_code)
+    out: list[tuple[str, str]] = []
+
+    def add(reason, sev):
+        if (reason, sev) not in out:
+            out.append((reason, sev))
+
+    strings = _string_constants(tree)
+    cuda_kernels = _CUDA_KERNEL.search(strings) is not None
+    has_kernels = bool(prog.triton_kernels or prog.handles)
+    cls = prog.entry_class()
+    forwards = [f for f in prog.funcs.get("forward", []) if f.owner == cls] if cls else []
+    if cls is None or not forwards:
+        add("no_model_new", FAIL)
+        reach_funcs, reach_names = [], set()
+    else:
+        reach_funcs, reach_names = prog.reachable(forwards)
+
+    launched = set()
+    for f in reach_funcs:
+        launched |= prog.launches_in(f.node)
+    launched |= reach_names & prog.handles
+    if not has_kernels:
+        add("no_custom_kernel", FAIL)
+        add("torch_in_forward", FAIL)
+    elif forwards and not launched:
+        add("kernel_not_called", FAIL)
+        add("torch_in_forward", FAIL)
+    elif forwards:
+        # kernels defined and launched: those never launched from anywhere are dead code
+        used_anywhere = set()
+        for fs in prog.funcs.values():
+            for f in fs:
+                if f.name not in prog.triton_kernels:
+                    used_anywhere |= prog.launches_in(f.node)
+        called_by_kernels = set()
+        for k in prog.triton_kernels:
+            for f in prog.funcs.get(k, []):
+                called_by_kernels |= f.refs
+        dead = sorted(prog.triton_kernels - used_anywhere - called_by_kernels - launched)
+        for k in dead:
+            add(f"kernel_unused:{k}", WARN)
+
+    # an extension whose C++/CUDA source holds no kernel of its own is PyTorch in disguise
+    if prog.handles and not prog.triton_kernels:
+        uses_cuda = "load_inline" in kernel_code or "cpp_extension" in kernel_code
+        if uses_cuda and "cuda_sources" in kernel_code and not cuda_kernels:
+            add("extension_without_kernel", FAIL)
+            add("torch_in_forward", FAIL)
+        if _TORCH_IN_EXTENSION.search(strings):
+            add("torch_ops_in_extension", WARN)
+
+    if _try_fallbacks(prog, reach_names):
+        add("try_except_fallback", FAIL)
+
+    for r in _harness_access(prog):
+        add(r, FAIL)
+
+    # torch.compile inside the candidate: the kernel would be generated at run time, not shipped
+    if re.search(r"torch\.compile\s*\(|torch\._dynamo\.optimize|\bcompile_fx\b", kernel_code):
+        add("torch_compile_in_candidate", FAIL)
+
+    # reduced precision inside a float32 program
+    ref_low = bool(pytorch_code and _REF_LOW_PRECISION.search(pytorch_code))
+    if not ref_low:
+        if _REDUCED_PRECISION.search(kernel_code):
+            add("half_precision", FAIL)
+        if _TF32.search(kernel_code):
+            add("tf32", WARN)
+
+    # work on a side stream that is never joined back to the caller's stream
+    if _SIDE_STREAM.search(kernel_code):
+        if _STREAM_JOIN.search(kernel_code):
+            add("side_stream", WARN)
+        else:
+            add("side_stream_unsynced", FAIL)
+
+    # library calls that honest generated code makes: reasons, not rejections
+    if "extern_kernels" in _referenced_names(tree):
+        add("extern_kernels", WARN)
+    torch_ops = set()
+    for f in reach_funcs:
+        if f.name in prog.triton_kernels:
+            continue
+        for sub in ast.walk(f.node):
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and \
+                    sub.func.attr in _TORCH_COMPUTE and _root_name(sub.func) in (
+                        "torch", "F", "nn", "functional", "aten", "self", "x"):
+                torch_ops.add(sub.func.attr)
+    if torch_ops and has_kernels:
+        add("torch_ops_in_forward", WARN)
+    return out
+
+
+def failed(findings: list[tuple[str, str]]) -> list[str]:
+    return [r for r, s in findings if s == FAIL]
+
+
+def warned(findings: list[tuple[str, str]]) -> list[str]:
+    return [r for r, s in findings if s == WARN]

@@ -1,0 +1,62 @@
+"""Worker-side handler for the gate tests: load a candidate in the sandbox and run the dynamic
+gates on it (the verify harness does the same inside its candidate task)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+_n = [0]
+
+
+def setup():
+    from curate.verify.gates import dynamic
+    dynamic.install()
+
+
+def _load(code: str, stem: str):
+    _n[0] += 1
+    name = f"{stem}_{os.getpid()}_{_n[0]}"
+    path = Path(os.getcwd()) / f"{name}.py"
+    path.write_text(code)
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def handle(task):
+    import torch
+
+    from curate.verify.gates import dynamic
+    device = task.get("device", "cpu")
+    dynamic.begin_row()
+    ref = _load(task["pytorch_code"], "ref")
+    torch.manual_seed(0)
+    init = ref.get_init_inputs()
+    ref_model = ref.Model(*init).to(device)
+    ins = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        ins.append([x.to(device) if isinstance(x, torch.Tensor) else x for x in ref.get_inputs()])
+    with torch.no_grad(), dynamic.phase("reference"):
+        ref_outs = [ref_model(*[x.clone() for x in i]) for i in ins]
+    findings = dynamic.degeneracy_findings(ref_outs, atol=task.get("atol", 1e-4),
+                                           rtol=task.get("rtol", 1e-4), inputs=ins)
+    refs_differ = not any(r == "reference_ignores_inputs" for r, _ in findings)
+    with dynamic.phase("candidate"):
+        cand = _load(task["kernel_code"], "cand")
+        torch.manual_seed(0)
+        model = cand.ModelNew(*init).to(device)
+    dynamic.instrument(cand, model)
+    try:
+        findings += dynamic.check_candidate(model, ins[0], ins[1], device=device,
+                                            ref_outputs_differ=refs_differ)
+    except Exception as exc:  # noqa: BLE001
+        findings.append((f"candidate_raised:{type(exc).__name__}", "error"))
+        findings += dynamic.integrity_findings() + dynamic.candidate_violations()
+    dynamic.restore_integrity()
+    return {"findings": [list(f) for f in findings], "retire_worker": dynamic.tainted()}
