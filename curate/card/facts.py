@@ -1,0 +1,387 @@
+"""Everything a dataset card states, gathered from a build directory (and nothing invented).
+
+The card template only formats what is here: counts come from the shards and stats.json, the
+recipe from pipeline.yaml, the measurement set-up from the rows themselves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from .. import __version__
+from ..errors import BadInput
+from ..hub.shards import list_shards
+
+# Columns the card summarizes; shards may lack some (older builds, other pipelines).
+SUMMARY_COLUMNS = ["source", "backend", "speedup", "speedup_ci_low", "speedup_ci_high", "license",
+                   "repo", "gpu", "torch_version", "triton_version", "cuda_version", "generator",
+                   "status", "max_abs_err", "max_rel_err", "cluster_id", "core_kind", "ref_ms",
+                   "kernel_ms"]
+
+# SPDX ids -> the Hub's license ids (lower case; anything unknown is stated as "other").
+HUB_LICENSES = {
+    "mit": "mit", "apache-2.0": "apache-2.0", "bsd-2-clause": "bsd-2-clause",
+    "bsd-3-clause": "bsd-3-clause", "bsd": "bsd", "gpl-2.0": "gpl-2.0", "gpl-3.0": "gpl-3.0",
+    "lgpl-2.1": "lgpl-2.1", "lgpl-3.0": "lgpl-3.0", "agpl-3.0": "agpl-3.0", "mpl-2.0": "mpl-2.0",
+    "cc0-1.0": "cc0-1.0", "cc-by-4.0": "cc-by-4.0", "cc-by-sa-4.0": "cc-by-sa-4.0",
+    "cc-by-nc-4.0": "cc-by-nc-4.0", "unlicense": "unlicense", "bsl-1.0": "bsl-1.0",
+    "isc": "isc", "zlib": "zlib", "artistic-2.0": "artistic-2.0", "epl-2.0": "epl-2.0",
+}
+
+SIZE_CATEGORIES = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"),
+                   (1_000_000, "100K<n<1M"), (10_000_000, "1M<n<10M"),
+                   (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B")]
+
+_ARROW_DTYPES = {pa.string(): "string", pa.large_string(): "large_string", pa.bool_(): "bool",
+                 pa.float64(): "float64", pa.float32(): "float32", pa.int64(): "int64",
+                 pa.int32(): "int32", pa.null(): "null"}
+
+
+@dataclass
+class ConfigFacts:
+    """One `datasets` config (default: data/, infill: infill/)."""
+    name: str
+    folder: str
+    splits: dict[str, dict] = field(default_factory=dict)   # split -> files, rows, bytes
+    features: list[dict] = field(default_factory=list)
+    download_size: int = 0
+    dataset_size: int = 0
+    empty: set[str] = field(default_factory=set)           # columns null in every row
+
+    @property
+    def rows(self) -> int:
+        return sum(s["num_examples"] for s in self.splits.values())
+
+
+@dataclass
+class Facts:
+    build_dir: Path
+    repo_id: str | None
+    pretty_name: str
+    stats: dict
+    pipeline: dict
+    pipeline_text: str
+    configs: list[ConfigFacts]
+    rows: dict[str, list]          # kept pairs, SUMMARY_COLUMNS that exist
+    infill_rows: dict[str, list]
+    infill_config: dict | None
+    rejected_total: int
+    decontamination: dict
+    fingerprint: str
+    curate_version: str = __version__
+
+    # -- derived numbers the template uses -------------------------------------------------
+    @property
+    def kept(self) -> int:
+        return self.configs[0].rows if self.configs else 0
+
+    @property
+    def threshold(self) -> float | None:
+        t = self.stats.get("threshold", self.pipeline.get("threshold"))
+        return float(t) if t is not None else None
+
+    @property
+    def device(self) -> str:
+        return str(self.stats.get("device") or self.pipeline.get("device") or "unknown")
+
+    def counter(self, column: str, rows: dict | None = None) -> list[tuple[str, int]]:
+        values = (rows if rows is not None else self.rows).get(column) or []
+        c = Counter("(none)" if v is None else str(v) for v in values)
+        return c.most_common()
+
+    @property
+    def speedups(self) -> list[float]:
+        return [v for v in self.rows.get("speedup") or [] if v is not None]
+
+    @property
+    def speedups_low(self) -> list[float]:
+        return [v for v in self.rows.get("speedup_ci_low") or [] if v is not None]
+
+    def speedup_summary(self) -> dict | None:
+        s = self.speedups
+        if not s:
+            return None
+        q = statistics.quantiles(s, n=10) if len(s) >= 2 else [s[0]] * 9
+        low = self.speedups_low
+        return {"n": len(s), "median": statistics.median(s), "p10": q[0], "p90": q[-1],
+                "min": min(s), "max": max(s), "geomean": statistics.geometric_mean(
+                    [max(v, 1e-12) for v in s]),
+                "min_ci_low": min(low) if low else None,
+                "unmeasured": self.kept - len(s)}
+
+    def per_source(self) -> list[dict]:
+        """One row per source: pairs, share, backends, speedup quantiles."""
+        out = []
+        sources = self.rows.get("source") or []
+        backends = self.rows.get("backend") or [None] * len(sources)
+        speed = self.rows.get("speedup") or [None] * len(sources)
+        for src, n in Counter("(none)" if s is None else s for s in sources).most_common():
+            idx = [i for i, s in enumerate(sources) if ("(none)" if s is None else s) == src]
+            sp = [speed[i] for i in idx if speed[i] is not None]
+            be = Counter(backends[i] or "?" for i in idx)
+            out.append({
+                "source": src, "pairs": n, "share": n / max(len(sources), 1),
+                "backends": ", ".join(f"{b} {c}" for b, c in be.most_common()),
+                "measured": len(sp),
+                "median": statistics.median(sp) if sp else None,
+                "p10": _quantile(sp, 0.1), "p90": _quantile(sp, 0.9),
+                "max": max(sp) if sp else None})
+        return out
+
+    def stage_table(self) -> list[dict]:
+        return [{"name": s.get("name"), "rows_in": s.get("rows_in", 0),
+                 "rows_out": s.get("rows_out", 0), "dropped": s.get("dropped", 0),
+                 "seconds": s.get("seconds", 0.0), "reused": s.get("skipped", False)}
+                for s in self.stats.get("stages") or []]
+
+    def rejection_reasons(self) -> list[dict]:
+        """Every (stage, reason, count), largest first."""
+        out = []
+        for s in self.stats.get("stages") or []:
+            for reason, n in (s.get("reasons") or {}).items():
+                out.append({"stage": s.get("name"), "reason": reason, "count": n})
+        return sorted(out, key=lambda r: (-r["count"], r["stage"] or "", r["reason"]))
+
+    def licenses(self) -> list[tuple[str, int]]:
+        return self.counter("license")
+
+    def hub_licenses(self) -> list[str]:
+        """The front matter's `license`: every license present, mapped to Hub ids, honestly."""
+        ids = []
+        for lic, _ in self.licenses():
+            if lic == "(none)":
+                hub = "unknown"
+            else:
+                hub = HUB_LICENSES.get(lic.lower(), "other")
+            if hub not in ids:
+                ids.append(hub)
+        return ids or ["unknown"]
+
+    def size_category(self) -> str:
+        n = self.kept
+        for bound, name in SIZE_CATEGORIES:
+            if n < bound:
+                return name
+        return "n>1T"
+
+    def steps(self) -> list[tuple[str, dict]]:
+        out = []
+        for entry in self.pipeline.get("steps") or []:
+            if isinstance(entry, str):
+                out.append((entry, {}))
+            elif isinstance(entry, dict) and len(entry) == 1:
+                name, args = next(iter(entry.items()))
+                out.append((name, dict(args or {})))
+        return out
+
+    def step_settings(self, name: str) -> dict | None:
+        for n, args in self.steps():
+            if n == name:
+                return args
+        return None
+
+    def measurement(self) -> dict:
+        return {k: self.counter(k) for k in ("gpu", "torch_version", "triton_version",
+                                             "cuda_version")}
+
+    def worst_errors(self) -> dict:
+        out = {}
+        for k in ("max_abs_err", "max_rel_err"):
+            v = [x for x in self.rows.get(k) or [] if x is not None]
+            out[k] = max(v) if v else None
+        return out
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    qs = statistics.quantiles(values, n=100, method="inclusive")
+    return qs[max(0, min(98, round(q * 100) - 1))]
+
+
+def features_of(schema: pa.Schema) -> list[dict]:
+    """The card's `dataset_info.features` for a parquet schema (the `datasets` YAML form)."""
+    out = []
+    for f in schema:
+        t = f.type
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            out.append({"name": f.name, "sequence": _ARROW_DTYPES.get(t.value_type, "string")})
+        else:
+            out.append({"name": f.name, "dtype": _ARROW_DTYPES.get(t, str(t))})
+    return out
+
+
+def _config(build: Path, name: str, folder: str) -> ConfigFacts | None:
+    shards = list_shards(build / folder)
+    if not shards:
+        return None
+    cfg = ConfigFacts(name, folder)
+    order = ["train", "validation", "test"]
+    for split in sorted(shards, key=lambda s: (order.index(s) if s in order else 9, s)):
+        files = shards[split]
+        rows = nbytes = 0
+        for p in files:
+            md = pq.ParquetFile(p).metadata
+            rows += md.num_rows
+            nbytes += sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+            cfg.download_size += p.stat().st_size
+        cfg.splits[split] = {"files": [p.relative_to(build).as_posix() for p in files],
+                             "num_examples": rows, "num_bytes": nbytes}
+        cfg.dataset_size += nbytes
+    first = next(iter(shards.values()))[0]
+    cfg.features = features_of(pq.read_schema(first))
+    cfg.empty = _empty_columns([p for ps in shards.values() for p in ps])
+    return cfg
+
+
+def _empty_columns(files: list[Path]) -> set[str]:
+    """Columns whose every value is null, from the parquet statistics (no data read)."""
+    nulls: Counter = Counter()
+    total = 0
+    names: list[str] = []
+    for p in files:
+        md = pq.ParquetFile(p).metadata
+        names = [md.schema.column(i).path.split(".")[0] for i in range(md.num_columns)]
+        total += md.num_rows
+        for g in range(md.num_row_groups):
+            rg = md.row_group(g)
+            for i in range(rg.num_columns):
+                st = rg.column(i).statistics
+                if st is None or not st.has_null_count:
+                    nulls[names[i]] -= 10 ** 12  # unknown: never call it empty
+                else:
+                    nulls[names[i]] += st.null_count
+    return {n for n in names if total and nulls[n] >= total}
+
+
+def _columns(build: Path, folder: str) -> dict[str, list]:
+    files = [p for ps in list_shards(build / folder).values() for p in ps]
+    cols: dict[str, list] = {}
+    for p in files:
+        names = set(pq.read_schema(p).names)
+        want = [c for c in SUMMARY_COLUMNS if c in names]
+        t = pq.read_table(p, columns=want)
+        n = t.num_rows
+        before = len(next(iter(cols.values()))) if cols else 0
+        for c in set(want) | set(cols):
+            cols.setdefault(c, [None] * before)
+            cols[c].extend(t.column(c).to_pylist() if c in want else [None] * n)
+    return cols
+
+
+# -- decontamination ------------------------------------------------------------------------
+
+_DECONTAM = re.compile(r"decontam|contaminat", re.I)
+_NEGATIVE = re.compile(r"\b(no|not|none|skip|skipped|missing|unavailable|without|absent|"
+                       r"could ?n[o']t|failed|unreadable)\b|not_found|no_eval|skipped", re.I)
+
+
+def _strings(obj: Any, path: str = "") -> list[tuple[str, str]]:
+    """(where, text) for every key and string value in a JSON-like object."""
+    out = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            here = f"{path}.{k}" if path else str(k)
+            out.append((here, str(k)))
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out.append((here, f"{k}={v}"))
+            out += _strings(v, here)
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            out += _strings(v, f"{path}[{i}]")
+    elif isinstance(obj, str):
+        out.append((path, obj))
+    return out
+
+
+def decontamination(stats: dict, pipeline: dict, steps: list[tuple[str, dict]]) -> dict:
+    """What the build records about decontamination; `done` only where something says it was done.
+
+    Evidence is any key or string in stats.json mentioning (de)contamination. A statement that it
+    was skipped, or no statement at all, makes the card say that none was done.
+    """
+    dedup = next((args for name, args in steps if name == "dedup"), None)
+    against = (dedup or {}).get("against") or []
+    if isinstance(against, str):
+        against = [against]
+    evidence = [(w, t) for w, t in _strings(stats) if _DECONTAM.search(t) or _DECONTAM.search(w)]
+    negative = [(w, t) for w, t in evidence if _NEGATIVE.search(t) or _NEGATIVE.search(w)]
+    dropped = 0
+    for s in stats.get("stages") or []:
+        for reason, n in (s.get("reasons") or {}).items():
+            if _DECONTAM.search(reason) and not _NEGATIVE.search(reason):
+                dropped += n
+    positive = [(w, t) for w, t in evidence if (w, t) not in negative]
+    done = bool(positive) and not negative
+    return {"done": done, "against": [str(a) for a in against], "dropped": dropped,
+            "configured": bool(against), "negative": [t for _, t in negative],
+            "evidence": [f"{w}: {t}" for w, t in evidence][:10]}
+
+
+# -- loading --------------------------------------------------------------------------------
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"not valid JSON ({exc})", path=str(path),
+                       fix="rebuild, or delete the file") from None
+
+
+def fingerprint(build: Path, repo_id: str | None) -> str:
+    """What the card was rendered from: shard names and sizes, stats, pipeline, repo id."""
+    h = hashlib.sha256()
+    h.update((repo_id or "").encode())
+    for folder in ("data", "infill"):
+        for split, paths in list_shards(build / folder).items():
+            for p in paths:
+                st = p.stat()
+                h.update(f"{folder}/{p.name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    for name in ("stats.json", "pipeline.yaml", "infill/config.json"):
+        p = build / name
+        if p.is_file():
+            h.update(name.encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def gather(build_dir: str | Path, *, repo_id: str | None = None,
+           pretty_name: str | None = None) -> Facts:
+    build = Path(build_dir)
+    if not list_shards(build / "data"):
+        raise BadInput("no kept pairs here (data/train-*.parquet is missing)", path=str(build),
+                       fix="run `curate build` first, or pass the build directory")
+    stats = _read_json(build / "stats.json")
+    pipeline_text = (build / "pipeline.yaml").read_text() if (build / "pipeline.yaml").is_file() else ""
+    pipeline = yaml.safe_load(pipeline_text) or {} if pipeline_text else {}
+    configs = [c for c in (_config(build, "default", "data"), _config(build, "infill", "infill"))
+               if c is not None]
+    rejected = build / "rejected.parquet"
+    rejected_total = stats.get("rejected")
+    if rejected_total is None:
+        rejected_total = pq.ParquetFile(rejected).metadata.num_rows if rejected.is_file() else 0
+    infill_cfg = _read_json(build / "infill" / "config.json") or None
+    name = pretty_name or (f"{repo_id.split('/')[-1]}" if repo_id else None) or \
+        f"curate {stats.get('pipeline') or pipeline.get('name') or 'build'}"
+    facts = Facts(build_dir=build, repo_id=repo_id, pretty_name=name, stats=stats,
+                  pipeline=pipeline, pipeline_text=pipeline_text, configs=configs,
+                  rows=_columns(build, "data"),
+                  infill_rows=_columns(build, "infill") if len(configs) > 1 else {},
+                  infill_config=infill_cfg, rejected_total=int(rejected_total),
+                  decontamination={}, fingerprint=fingerprint(build, repo_id))
+    facts.decontamination = decontamination(stats, pipeline, facts.steps())
+    return facts

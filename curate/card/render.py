@@ -1,0 +1,173 @@
+"""Render a build's dataset card: README.md (Jinja templates in cards/) and assets/*.png.
+
+The YAML front matter follows the Hub's dataset card conventions (`configs`, `dataset_info`,
+`license`, `task_categories`, `tags`, `size_categories`, `pretty_name`) so that
+`load_dataset(repo)` and `load_dataset(repo, "infill")` work unchanged. Text between
+`<!-- curate:begin NAME -->` and `<!-- curate:end NAME -->` is written by people: rendering again
+keeps it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+import yaml
+
+from ..resources import data_dir
+from ..schema import columns as schema_columns
+from .facts import Facts, gather
+from .plots import render_all
+
+CARD = "README.md"
+TEMPLATE = "README.md.j2"
+SECTION_RE = re.compile(r"<!-- curate:begin (?P<name>[\w-]+) -->\n?(?P<body>.*?)"
+                        r"<!-- curate:end (?P=name) -->", re.S)
+FINGERPRINT_RE = re.compile(r"<!-- curate-card fingerprint=(?P<fp>[0-9a-f]+)")
+
+# Gates of the verification harness (DESIGN.md, "Verification rules"), by reason name.
+GATES = [
+    ("no_kernel_launched", "the candidate launched no custom kernel"),
+    ("output_independent_of_kernel", "a kernel launched, but the output does not depend on it"),
+    ("torch_in_forward", "the forward is plain PyTorch"),
+    ("try_except_fallback", "a try/except falls back to PyTorch"),
+    ("input_mutated", "the candidate rewrote its inputs"),
+    ("output_aliases_input", "an output aliases an input"),
+    ("stale_output", "outputs are stale or cached between calls"),
+    ("degenerate_reference", "the reference output does not depend on its inputs"),
+]
+
+
+@dataclass
+class Card:
+    path: Path
+    facts: Facts
+    assets: dict[str, str]
+    kept_sections: list[str]
+
+
+def hand_written(text: str) -> dict[str, str]:
+    """NAME -> body of every marked section of an existing card."""
+    return {m["name"]: m["body"] for m in SECTION_RE.finditer(text)}
+
+
+def card_fingerprint(text: str) -> str | None:
+    m = FINGERPRINT_RE.search(text)
+    return m["fp"] if m else None
+
+
+def is_current(build_dir: str | Path, repo_id: str | None = None) -> bool:
+    """Whether <dir>/README.md was rendered from the build as it is now (and for this repo)."""
+    from .facts import fingerprint
+    build = Path(build_dir)
+    card = build / CARD
+    if not card.is_file():
+        return False
+    return card_fingerprint(card.read_text()) == fingerprint(build, repo_id)
+
+
+def front_matter(f: Facts) -> dict:
+    meta: dict = {"pretty_name": f.pretty_name}
+    meta["license"] = f.hub_licenses()
+    meta["task_categories"] = ["text-generation"]
+    meta["language"] = ["en"]
+    backends = sorted({b for b, _ in f.counter("backend") if b != "(none)"})
+    meta["tags"] = ["code", "gpu-kernels", "pytorch", *backends, "curate", "synthetic",
+                    "verified-speedup"]
+    meta["size_categories"] = [f.size_category()]
+    meta["configs"] = []
+    meta["dataset_info"] = []
+    for c in f.configs:
+        cfg = {"config_name": c.name}
+        if c.name == "default":
+            cfg["default"] = True
+        cfg["data_files"] = [{"split": s, "path": f"{c.folder}/{s}-*"} for s in c.splits]
+        meta["configs"].append(cfg)
+        meta["dataset_info"].append({
+            "config_name": c.name,
+            "features": c.features,
+            "splits": [{"name": s, "num_bytes": v["num_bytes"], "num_examples": v["num_examples"]}
+                       for s, v in c.splits.items()],
+            "download_size": c.download_size,
+            "dataset_size": c.dataset_size,
+        })
+    return meta
+
+
+def verify_settings(f: Facts) -> dict:
+    """The verify step's settings: its defaults (read from the step class) under the recorded ones."""
+    given = f.step_settings("verify")
+    if given is None:
+        return {}
+    settings: dict = {}
+    try:
+        from ..pipeline import registry
+        cls = registry.load("verify", registry.STEPS)
+        for name, p in inspect.signature(cls.__init__).parameters.items():
+            if name != "self" and p.default is not inspect.Parameter.empty and \
+                    isinstance(p.default, (int, float, str, bool, type(None), list, tuple)):
+                settings[name] = p.default
+    except Exception:  # the verify stage may not exist in this install: state what is recorded
+        pass
+    settings.update(given)
+    for k in ("device", "threshold"):
+        if k in settings and k in f.pipeline:
+            settings[k] = f.pipeline[k]
+    return settings
+
+
+def _x(v, spec: str = ".2f") -> str:
+    return "-" if v is None else f"{v:{spec}}x"
+
+
+def _md(v) -> str:
+    """A value safe inside a markdown table cell."""
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir("cards"))),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             trim_blocks=True, lstrip_blocks=True)
+    env.filters["x"] = _x
+    env.filters["md"] = _md
+    env.filters["pct"] = lambda v: f"{v:.0%}" if v is not None else "-"
+    env.filters["num"] = lambda v: f"{v:,}" if isinstance(v, int) else str(v)
+    env.filters["sci"] = lambda v: "-" if v is None else f"{v:.2e}"
+    return env
+
+
+def render_card(build_dir: str | Path = "build", *, repo_id: str | None = None,
+                pretty_name: str | None = None, out: str | Path | None = None) -> Card:
+    """Write `<out or build_dir>/README.md` and its `assets/*.png`; keep hand-written sections."""
+    build = Path(build_dir)
+    f = gather(build, repo_id=repo_id, pretty_name=pretty_name)
+    dest = Path(out) if out else build
+    dest.mkdir(parents=True, exist_ok=True)
+    assets = render_all(f, dest / "assets")
+    old_path = dest / CARD
+    old = hand_written(old_path.read_text()) if old_path.is_file() else {}
+    docs = {c["name"]: c.get("doc", "") for c in schema_columns()}
+    text = _env().get_template(TEMPLATE).render(
+        f=f, front=yaml.safe_dump(front_matter(f), sort_keys=False, allow_unicode=True,
+                                  width=1000),
+        assets=assets, repo=repo_id or "ORG/NAME", docs=docs, gates=GATES,
+        verify=verify_settings(f), sp=f.speedup_summary(), dec=f.decontamination)
+    kept = []
+
+    def keep(m: re.Match) -> str:
+        name = m["name"]
+        if name in old:
+            kept.append(name)
+            return f"<!-- curate:begin {name} -->\n{old[name]}<!-- curate:end {name} -->"
+        return m.group(0)
+
+    text = SECTION_RE.sub(keep, text)
+    tmp = old_path.with_name(f".{CARD}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, old_path)
+    return Card(old_path, f, assets, kept)
