@@ -198,8 +198,12 @@ class _Slot:
         except (BrokenPipeError, OSError):
             msg = "crashed"
         secs = time.monotonic() - t0
+        recycle = False
         if isinstance(msg, dict) and "value" in msg:
             res = TaskResult("ok", value=msg["value"], seconds=secs)
+            # a handler may ask for a fresh process after a task that left it unusable or
+            # tampered with (e.g. a poisoned CUDA context, patched library functions)
+            recycle = isinstance(msg["value"], dict) and bool(msg["value"].get("_recycle"))
         elif isinstance(msg, dict) and "error" in msg:
             res = TaskResult("error", error=msg["error"] + "\n" + msg.get("traceback", ""),
                              seconds=secs)
@@ -215,7 +219,8 @@ class _Slot:
             self.kill()  # replaced on the next task
         res.output = self.output()[-8000:]
         self.tasks_done += 1
-        if self.pool.max_tasks_per_worker and self.tasks_done >= self.pool.max_tasks_per_worker:
+        if recycle or (self.pool.max_tasks_per_worker
+                       and self.tasks_done >= self.pool.max_tasks_per_worker):
             self.kill()
             self.tasks_done = 0
         return res
@@ -239,6 +244,26 @@ class WorkerPool:
         self.max_tasks_per_worker = max_tasks_per_worker
         self.slots = [_Slot(self, i) for i in range(self.workers)]
         self.replaced = 0
+        self._free: queue.Queue = queue.Queue()
+        for s in self.slots:
+            self._free.put(s)
+
+    def call(self, task: Any, timeout: float | None = None) -> TaskResult:
+        """Run one task on whichever worker is free (blocking until one is); thread-safe, so
+        many threads can drive the pool at once with tasks that depend on earlier results.
+        Do not mix with a concurrent `map` on the same pool."""
+        slot = self._free.get()
+        try:
+            try:
+                res = slot.run(task, self.timeout if timeout is None else timeout)
+            except Exception as exc:  # the worker could not even start
+                res = TaskResult("crashed", error=f"worker start failed: {exc}")
+                slot.kill()
+            if res.status in ("timeout", "crashed", "output_flood"):
+                self.replaced += 1
+            return res
+        finally:
+            self._free.put(slot)
 
     def map(self, tasks: Iterable[Any], timeouts: Iterable[float] | None = None
             ) -> Iterator[tuple[int, TaskResult]]:

@@ -1,0 +1,41 @@
+"""`curate verify`."""
+
+from __future__ import annotations
+
+import click
+
+from ..pipeline.single import run_single
+from ..report import echo_stage
+
+
+@click.command("verify")
+@click.argument("inp", metavar="IN")
+@click.option("-o", "--output", "out", required=True, help="Output table (.parquet or .jsonl).")
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto",
+              show_default=True, help="cuda: time on the GPU; cpu: C++ pairs timed on the CPU, "
+              "Triton pairs checked under the interpreter, CUDA pairs unsupported.")
+@click.option("--workers", type=int, default=None,
+              help="Candidate worker processes (default: by device and CPU count).")
+@click.option("--timeout", type=float, default=120.0, show_default=True,
+              help="Seconds per row and task before the worker is killed.")
+@click.option("--trials", type=int, default=3, show_default=True,
+              help="Correctness trials on fresh seeded inputs (the last one rewrites in place).")
+def verify(inp, out, device, workers, timeout, trials):
+    """Re-execute every pair in sandboxed workers and record its status and speedup.
+
+    Every row of IN comes out in OUT with status (verified, incorrect, deceptive,
+    compile_error, runtime_error, timeout, crashed, degenerate_reference, reference_error,
+    unsupported), correctness errors, speedup with a 95% interval and the versions it ran on.
+    Nothing is filtered: `curate build` applies the threshold. A killed run resumes from
+    OUT's ledger.
+
+    \b
+    Example:
+      curate verify pairs.parquet -o verified.parquet --device cuda --workers 4
+    """
+    from .step import Verify
+    if trials < 1:
+        raise click.BadParameter("at least 1", param_hint="--trials")
+    st = run_single(Verify(device=device, workers=workers, timeout=timeout, trials=trials),
+                    inp, out)
+    echo_stage(st, out)

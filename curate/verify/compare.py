@@ -1,0 +1,157 @@
+"""Output comparison: structure, dtypes, shapes, NaN/Inf, elementwise tolerance and relative norm.
+
+Pure torch, no candidate code: used by the trusted parent (the verdict) and by the candidate's
+worker (only to decide whether timing a clearly wrong candidate is worth the GPU's time).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+# dtype -> (atol, rtol, relative-norm bound). fp32 allows for reordered reductions and fused
+# math; half types for their 10/7-bit mantissas.
+TOLERANCES: dict[torch.dtype, tuple[float, float, float]] = {
+    torch.float64: (1e-6, 1e-6, 1e-7),
+    torch.float32: (1e-3, 1e-3, 1e-4),
+    torch.float16: (1e-2, 1e-2, 1e-3),
+    torch.bfloat16: (2e-2, 2e-2, 5e-3),
+}
+DEFAULT_TOL = (1e-3, 1e-3, 1e-4)
+
+
+def tolerance(dtype: torch.dtype) -> tuple[float, float, float]:
+    if dtype in TOLERANCES:
+        return TOLERANCES[dtype]
+    if dtype.is_floating_point:  # float8 and other narrow types
+        return (1e-1, 1e-1, 5e-2)
+    return DEFAULT_TOL
+
+
+def flatten_outputs(out) -> tuple[list, str]:
+    """A forward's result as a flat list of tensors and a structure tag (`tensor`, `tuple[2]`).
+
+    Plain numbers become 0-d tensors; None stays None (compared by identity)."""
+    if isinstance(out, torch.Tensor):
+        return [out], "tensor"
+    if isinstance(out, (tuple, list)):
+        items = []
+        for o in out:
+            sub, _ = flatten_outputs(o)
+            items.extend(sub)
+        return items, f"{type(out).__name__}[{len(out)}]"
+    if out is None:
+        return [None], "none"
+    if isinstance(out, (bool, int, float)):
+        return [torch.tensor(out)], type(out).__name__
+    raise TypeError(f"forward returned {type(out).__name__}, not tensors")
+
+
+@dataclass
+class Comparison:
+    ok: bool = True
+    reasons: list[str] = field(default_factory=list)
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+    detail: str = ""
+
+    def fail(self, reason: str, detail: str = "") -> None:
+        self.ok = False
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+        if detail and not self.detail:
+            self.detail = detail
+
+    def merge(self, other: "Comparison") -> None:
+        if not other.ok:
+            self.ok = False
+        for r in other.reasons:
+            if r not in self.reasons:
+                self.reasons.append(r)
+        self.detail = self.detail or other.detail
+        self.max_abs_err = _nanmax(self.max_abs_err, other.max_abs_err)
+        self.max_rel_err = _nanmax(self.max_rel_err, other.max_rel_err)
+
+
+def _nanmax(a: float, b: float) -> float:
+    if math.isnan(a) or math.isnan(b):
+        return float("nan")
+    return max(a, b)
+
+
+def compare(ref: list, cand: list, ref_structure: str | None = None,
+            cand_structure: str | None = None) -> Comparison:
+    """Compare flat output lists. `max_rel_err` is max |c - r| / max(|r|, atol)."""
+    c = Comparison()
+    if ref_structure is not None and cand_structure is not None and ref_structure != cand_structure:
+        c.fail("output_structure_mismatch", f"reference returns {ref_structure}, "
+               f"candidate {cand_structure}")
+    if len(ref) != len(cand):
+        c.fail("output_count_mismatch", f"{len(ref)} reference outputs, {len(cand)} candidate")
+        return c
+    for k, (r, x) in enumerate(zip(ref, cand)):
+        c.merge(_compare_one(k, r, x))
+    return c
+
+
+def _compare_one(k: int, r, x) -> Comparison:
+    c = Comparison()
+    if r is None or x is None:
+        if (r is None) != (x is None):
+            c.fail("output_type_mismatch", f"output {k}: {type(r).__name__} vs {type(x).__name__}")
+        return c
+    if not isinstance(x, torch.Tensor):
+        c.fail("output_type_mismatch", f"output {k}: candidate returned {type(x).__name__}")
+        return c
+    if tuple(r.shape) != tuple(x.shape):
+        c.fail("shape_mismatch", f"output {k}: shape {tuple(x.shape)}, expected {tuple(r.shape)}")
+        return c
+    if r.dtype != x.dtype:
+        c.fail("dtype_mismatch", f"output {k}: dtype {x.dtype}, expected {r.dtype}")
+        return c
+    r = r.detach().to("cpu")
+    x = x.detach().to("cpu")
+    if r.is_complex():
+        r, x = torch.view_as_real(r), torch.view_as_real(x)
+    if not r.is_floating_point():
+        if not torch.equal(r, x):
+            n = int((r != x).sum())
+            c.fail("output_mismatch", f"output {k}: {n} of {r.numel()} integer elements differ")
+            c.max_abs_err = float((r.to(torch.float64) - x.to(torch.float64)).abs().max())
+            c.max_rel_err = float("inf")
+        return c
+    atol, rtol, norm_bound = tolerance(r.dtype)
+    r64, x64 = r.to(torch.float64), x.to(torch.float64)
+    r_finite = torch.isfinite(r64)
+    x_finite = torch.isfinite(x64)
+    bad_new = (~x_finite) & r_finite
+    if bool(bad_new.any()):
+        c.fail("nan_inf", f"output {k}: {int(bad_new.sum())} NaN/Inf where the reference has none")
+    # non-finite reference positions must be reproduced exactly (NaN where NaN, same-sign Inf)
+    if not bool(r_finite.all()):
+        rn, xn = r64[~r_finite], x64[~r_finite]
+        same = (torch.isnan(rn) & torch.isnan(xn)) | (rn == xn)
+        if not bool(same.all()):
+            c.fail("nan_inf", f"output {k}: NaN/Inf of the reference not reproduced")
+    both = r_finite & x_finite
+    if r64.numel() == 0:
+        return c
+    rf, xf = r64[both], x64[both]
+    if rf.numel():
+        diff = (xf - rf).abs()
+        c.max_abs_err = float(diff.max())
+        c.max_rel_err = float((diff / rf.abs().clamp_min(atol)).max())
+        over = diff > atol + rtol * rf.abs()
+        if bool(over.any()):
+            c.fail("output_mismatch", f"output {k}: {int(over.sum())} of {r.numel()} elements "
+                   f"outside atol={atol:g} rtol={rtol:g} (max abs err {c.max_abs_err:.3g})")
+        ref_norm = float(rf.norm())
+        rel_norm = float(diff.norm()) / max(ref_norm, 1e-30) if ref_norm > 0 else float(diff.norm())
+        if rel_norm > norm_bound and ref_norm > 0:
+            c.fail("output_mismatch", f"output {k}: relative norm error {rel_norm:.3g} over "
+                   f"{norm_bound:g}")
+    if not c.ok and not bool(x_finite.all()):
+        c.max_abs_err = float("inf") if bool(bad_new.any()) else c.max_abs_err
+    return c

@@ -1,0 +1,474 @@
+"""The trusted side of verify: schedules compile, reference and candidate tasks on sandboxed
+worker pools, compares outputs and turns timings into speedups with intervals.
+
+    with Verifier(device="cpu") as v:
+        for index, result in v.verify(rows):     # as rows finish, in any order
+            print(index, result.status, result.speedup)
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import logging
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+import traceback
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from ..isolation import Limits, TaskResult, WorkerPool
+from ..record import row_key
+from .compare import Comparison, compare
+from .hooks import CheckContext, load_checks, run_hook
+from .timing import speedup_ci
+
+log = logging.getLogger("curate.verify")
+
+STATUSES = ("verified", "incorrect", "deceptive", "compile_error", "runtime_error", "timeout",
+            "crashed", "degenerate_reference", "reference_error", "unsupported")
+BACKENDS = ("triton", "cuda", "cpp")
+HANDLER, SETUP = "curate.verify.harness:handle", "curate.verify.harness:setup"
+
+
+@dataclass
+class VerifyResult:
+    """The columns verify writes for one row (plus a few figures for benchmarks)."""
+
+    status: str = "runtime_error"
+    correct: bool | None = None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    speedup: float | None = None
+    speedup_ci_low: float | None = None
+    speedup_ci_high: float | None = None
+    ref_ms: float | None = None
+    kernel_ms: float | None = None
+    reasons: list[str] = field(default_factory=list)
+    gpu: str | None = None
+    torch_version: str | None = None
+    triton_version: str | None = None
+    cuda_version: str | None = None
+    error: str | None = None
+    # not columns: what the run cost
+    seconds: float = 0.0
+    timed_wall_s: float = 0.0
+    timed_trials: int = 0
+    notes: dict = field(default_factory=dict)
+
+    COLUMNS = ("status", "correct", "max_abs_err", "max_rel_err", "speedup", "speedup_ci_low",
+               "speedup_ci_high", "ref_ms", "kernel_ms", "gpu", "torch_version",
+               "triton_version", "cuda_version", "error")
+
+    def columns(self) -> dict:
+        d = {k: getattr(self, k) for k in self.COLUMNS}
+        return d
+
+    def reason(self, *rs: str) -> None:
+        for r in rs:
+            if r and r not in self.reasons:
+                self.reasons.append(r)
+
+
+def infer_backend(code: str | None) -> str | None:
+    if not code:
+        return None
+    if "load_inline" in code or "__global__" in code:
+        return "cuda" if ("cuda_sources" in code or "__global__" in code) else "cpp"
+    if "triton" in code:
+        return "triton"
+    if "cpp_pybinding" in code or "extern \"C\"" in code:
+        return "cpp"
+    return None
+
+
+def default_cache_dir() -> Path:
+    root = os.environ.get("CURATE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "curate")
+    return Path(root) / "compile"
+
+
+def _seed(*parts) -> int:
+    h = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(h[:4], "little") & 0x7FFFFFFF
+
+
+def _short(text: str | None, limit: int = 2000) -> str | None:
+    if text is None:
+        return None
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit // 2] + "\n...\n" + text[-limit // 2:]
+
+
+class Verifier:
+    """Verify pairs on `device` ("cpu" or "cuda") with `workers` candidate workers.
+
+    Every row gets a VerifyResult; nothing raises for a bad pair. `trials` correctness trials
+    (>= 3 recommended; the last rewrites the inputs in place), per-task `timeout` seconds.
+    """
+
+    def __init__(self, device: str = "cpu", workers: int | None = None, timeout: float = 120.0,
+                 trials: int = 3, seed: int = 0, time_budget: float | None = None,
+                 min_timed: int = 20, max_timed: int = 1000,
+                 reference_workers: int | None = None, compile_workers: int | None = None,
+                 cache_dir: str | os.PathLike | None = None, memory_gb: float | None = None,
+                 compile_ahead: bool = True, output_bytes: int = 8 * 2**20):
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be cpu or cuda, not {device!r}")
+        cpus = os.cpu_count() or 2
+        self.device, self.timeout, self.trials, self.seed = device, float(timeout), int(trials), seed
+        if device == "cuda":
+            self.workers = workers or min(8, max(2, cpus // 4))
+            default_comp = max(2, cpus - self.workers - max(1, self.workers // 2))
+        else:
+            self.workers = workers or max(1, min(4, cpus))
+            default_comp = max(1, cpus // 2)
+        self.ref_workers = reference_workers or max(1, self.workers // 2)
+        self.compile_workers = compile_workers if compile_workers is not None else default_comp
+        self.compile_ahead = compile_ahead and self.compile_workers > 0
+        self.time_budget = time_budget if time_budget is not None else (
+            0.5 if device == "cuda" else 1.0)
+        self.min_timed, self.max_timed = min_timed, max_timed
+        self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+        self.memory_gb = memory_gb if memory_gb is not None else (8.0 if device == "cpu" else None)
+        self.output_bytes = output_bytes
+        self.compile_timeout = max(self.timeout, 300.0)
+        self.pools: dict[str, WorkerPool] = {}
+        self.tmp: Path | None = None
+        self.stats = Counter()
+        self.timed_wall_s = 0.0
+        self._lock = threading.Lock()
+        self._env_info: dict = _local_versions()
+        self._parent_checks = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def config(self) -> dict:
+        return {"device": self.device, "trials": self.trials, "seed": self.seed,
+                "time_budget": self.time_budget, "min_timed": self.min_timed}
+
+    def start(self) -> None:
+        if self.pools:
+            return
+        self.tmp = Path(tempfile.mkdtemp(prefix="curate-verify-"))
+        os.chmod(self.tmp, 0o700)
+        (self.cache_dir / "ext").mkdir(parents=True, exist_ok=True)
+        env = {"CURATE_VERIFY_DEVICE": self.device,
+               "TORCHINDUCTOR_CACHE_DIR": str(self.cache_dir / "inductor"),
+               "TRITON_CACHE_DIR": str(self.cache_dir / "triton"),
+               "MAX_JOBS": "2"}
+        if self.device == "cpu":
+            env.update({"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""})
+        limits = Limits(memory_gb=self.memory_gb, output_bytes=self.output_bytes)
+        scratch = str(self.tmp / "scratch")
+        os.makedirs(scratch, exist_ok=True)
+
+        def pool(n):
+            return WorkerPool(HANDLER, setup=SETUP, workers=n, timeout=self.timeout, env=env,
+                              limits=limits, scratch_root=scratch)
+        self.pools = {"reference": pool(self.ref_workers), "candidate": pool(self.workers)}
+        if self.compile_ahead:
+            self.pools["compile"] = pool(self.compile_workers)
+        self._parent_checks = load_checks("parent")
+
+    def close(self) -> None:
+        for p in self.pools.values():
+            p.close()
+        self.pools = {}
+        if self.tmp:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+
+    def __enter__(self) -> "Verifier":
+        self.start()
+        return self
+
+    def __exit__(self, *_):
+        self.close()
+
+    @property
+    def replaced(self) -> int:
+        return sum(p.replaced for p in self.pools.values())
+
+    # -- the work --------------------------------------------------------------------------
+    def verify(self, rows: Iterable[dict]) -> Iterator[tuple[int, VerifyResult]]:
+        """Yield `(index, VerifyResult)` for every row as it finishes."""
+        rows = list(rows)
+        if not rows:
+            return
+        self.start()
+        threads = self.ref_workers + self.workers + (self.compile_workers if self.compile_ahead else 0) + 1
+        with ThreadPoolExecutor(max_workers=min(len(rows), threads),
+                                thread_name_prefix="verify-row") as ex, \
+                ThreadPoolExecutor(max_workers=max(1, self.compile_workers),
+                                   thread_name_prefix="verify-compile") as cex:
+            futs = {ex.submit(self._safe_row, row, cex): i for i, row in enumerate(rows)}
+            for f in as_completed(futs):
+                res = f.result()
+                with self._lock:
+                    self.stats[res.status] += 1
+                    self.timed_wall_s += res.timed_wall_s
+                yield futs[f], res
+
+    def verify_one(self, row: dict) -> VerifyResult:
+        return next(self.verify([row]))[1]
+
+    def _safe_row(self, row: dict, cex: ThreadPoolExecutor) -> VerifyResult:
+        t0 = time.monotonic()
+        try:
+            res = self._row(row, cex)
+        except Exception as exc:  # a harness bug costs the row, loudly
+            log.error("verify failed on row %s: %s", row.get("id"), traceback.format_exc())
+            res = VerifyResult(status="runtime_error", reasons=["harness_error"],
+                               error=f"{type(exc).__name__}: {exc}")
+        res.seconds = time.monotonic() - t0
+        for k, v in self._env_info.items():
+            if not k.startswith("_") and getattr(res, k) is None:
+                setattr(res, k, v)
+        if self.device == "cpu":
+            res.gpu = None
+        return res
+
+    def _task(self, row: dict, role: str, out_dir: Path | None = None, **extra) -> dict:
+        key = row_key(row)
+        code_hash = hashlib.sha256(f"{row.get('kernel_code') or ''}\0{self.device}".encode()
+                                   ).hexdigest()[:20]
+        t = {"role": role, "device": self.device, "backend": row.get("backend"),
+             "pytorch_code": row.get("pytorch_code"), "kernel_code": row.get("kernel_code"),
+             "seed_init": _seed(self.seed, key, "init"),
+             "seeds": [_seed(self.seed, key, "trial", i) for i in range(self.trials)],
+             "inplace_last": True, "tag": key[:8],
+             "extensions_dir": str(self.cache_dir / "ext" / code_hash)}
+        if out_dir is not None:
+            t["out_dir"] = str(out_dir)
+        t.update(extra)
+        return t
+
+    def _row(self, row: dict, cex: ThreadPoolExecutor) -> VerifyResult:
+        res = VerifyResult()
+        ref_code, code = row.get("pytorch_code"), row.get("kernel_code")
+        backend = row.get("backend") or infer_backend(code)
+        if not ref_code:
+            res.status = "reference_error"
+            res.reason("no_reference")
+            return res
+        if not code:
+            res.status = "unsupported"
+            res.reason("no_candidate")
+            return res
+        try:
+            ast.parse(ref_code)
+        except SyntaxError as exc:
+            res.status, res.error = "reference_error", f"SyntaxError: {exc.msg} (line {exc.lineno})"
+            res.reason("reference_syntax_error")
+            return res
+        try:
+            ast.parse(code)
+        except SyntaxError as exc:
+            res.status = "compile_error"
+            res.error = f"SyntaxError: {exc.msg} (line {exc.lineno}): {(exc.text or '').strip()}"
+            res.reason("syntax_error")
+            return res
+        if backend not in BACKENDS:
+            res.status = "unsupported"
+            res.reason(f"backend:{backend or 'unknown'}")
+            return res
+        if backend == "cuda" and self.device == "cpu":
+            res.status = "unsupported"
+            res.reason("cuda_needs_gpu")
+            return res
+        ctx = CheckContext(role="parent", device=self.device, backend=backend,
+                           pytorch_code=ref_code, kernel_code=code, row=row)
+        run_hook(self._parent_checks or [], "before_run", ctx)
+        if self._fatal(ctx, res):
+            return res
+
+        row = {**row, "backend": backend}
+        compile_future = None
+        if "compile" in self.pools and not (self.device == "cpu" and backend == "triton"):
+            compile_future = cex.submit(self.pools["compile"].call, self._task(row, "compile"),
+                                        self.compile_timeout)
+
+        # 1. reference outputs, in a worker that never sees candidate code
+        job = self.tmp / secrets.token_hex(8)
+        ref_dir, cand_dir = job / "r", job / "c"
+        try:
+            ref_res = self.pools["reference"].call(self._task(row, "reference", ref_dir))
+            ref_outputs = self._load_outputs(ref_dir, "ref")
+            shutil.rmtree(ref_dir, ignore_errors=True)
+            if not ref_res.ok or ref_outputs is None:
+                res.status = "reference_error"
+                res.reason(f"reference_{ref_res.status}")
+                res.error = _short(ref_res.error or ref_res.output[-1500:] or None)
+                return res
+            self._remember_env(ref_res.value.get("env"))
+            ctx.ref_outputs = ref_outputs
+            run_hook(self._parent_checks or [], "after_reference", ctx)
+            if self._fatal(ctx, res, default="degenerate_reference"):
+                return res
+
+            # 2. compiled ahead (errors end the row here, before it takes a GPU worker)
+            if compile_future is not None:
+                comp = compile_future.result()
+                if not self._task_ok(comp, res, "compile"):
+                    return res
+                if comp.value.get("status") != "compiled":
+                    self._worker_status(comp.value, res)
+                    return res
+                res.notes["compile_s"] = comp.value.get("seconds")
+
+            # 3. the candidate: correctness trials, then timing
+            timed = self.device == "cuda" or backend == "cpp"
+            cand_res = self.pools["candidate"].call(self._task(
+                row, "candidate", cand_dir, time=timed, lock_dir=str(self.tmp / "lock"),
+                time_budget=self.time_budget, min_trials=self.min_timed,
+                max_trials=self.max_timed))
+            if not self._task_ok(cand_res, res, "candidate"):
+                return res
+            value = cand_res.value
+            self._remember_env(value.get("env"))
+            if value.get("status") != "ok":
+                self._worker_status(value, res)
+                return res
+            cand_outputs = self._load_outputs(cand_dir, "cand")
+            if cand_outputs is None:
+                res.status = "runtime_error"
+                res.reason("outputs_unreadable")
+                return res
+        finally:
+            shutil.rmtree(job, ignore_errors=True)
+
+        # 4. the verdict, in this (trusted) process
+        total = Comparison()
+        ref_structs = ref_res.value.get("structures") or []
+        cand_structs = value.get("structures") or []
+        for t, (r, c) in enumerate(zip(ref_outputs, cand_outputs)):
+            total.merge(compare(r, c, _at(ref_structs, t), _at(cand_structs, t)))
+        res.max_abs_err, res.max_rel_err = total.max_abs_err, total.max_rel_err
+        res.correct = total.ok
+        ctx.cand_outputs, ctx.worker_report = cand_outputs, value
+        for f in value.get("flags") or []:
+            ctx.flag(f.get("reason", "flag"), bool(f.get("fatal")), f.get("status"))
+        res.notes.update(value.get("notes") or {})
+        run_hook(self._parent_checks or [], "after_candidate", ctx)
+        timing = value.get("timing")
+        if timing:
+            sp = speedup_ci(timing.get("ref_ms") or [], timing.get("cand_ms") or [],
+                            seed=_seed(self.seed, row_key(row), "boot"))
+            for k, v in sp.items():
+                setattr(res, k, v)
+            res.timed_wall_s = float(timing.get("wall_s") or 0.0)
+            res.timed_trials = len(timing.get("ref_ms") or [])
+        if not total.ok:
+            res.status = "incorrect"
+            res.reason(*total.reasons)
+            res.error = _short(total.detail)
+            self._fatal(ctx, res)  # deception outranks plain incorrectness
+            return res
+        if self._fatal(ctx, res):
+            return res
+        res.status = "verified"
+        return res
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _fatal(self, ctx: CheckContext, res: VerifyResult, default: str = "deceptive") -> bool:
+        """Record every flag as a reason; a fatal one sets the status (and ends the row)."""
+        fatal = None
+        for f in ctx.flags:
+            res.reason(f.reason)
+            if f.fatal and fatal is None:
+                fatal = f
+        if fatal is not None:
+            res.status = fatal.status or default
+            if res.status != "verified":
+                res.correct = False if res.status in ("deceptive", "incorrect") else res.correct
+            return True
+        return False
+
+    def _task_ok(self, tr: TaskResult, res: VerifyResult, role: str) -> bool:
+        """Map a pool failure (the worker died, hung or flooded) onto the row's status."""
+        if tr.ok and isinstance(tr.value, dict):
+            return True
+        if tr.status == "timeout":
+            res.status = "timeout"
+            res.reason(f"{role}_timeout")
+            res.error = f"{role} did not finish within its time limit ({tr.seconds:.0f}s)"
+        elif tr.status == "output_flood":
+            res.status = "crashed"
+            res.reason("output_flood")
+            res.error = "the worker flooded its output and was killed"
+        elif tr.status == "error":
+            res.status = "runtime_error"
+            res.reason("worker_error")
+            res.error = _short(tr.error)
+        else:
+            res.status = "crashed"
+            code = tr.exit_code
+            if code is not None and code < 0:
+                import signal
+                try:
+                    res.reason(f"signal:{signal.Signals(-code).name}")
+                except ValueError:
+                    res.reason(f"signal:{-code}")
+            elif code is not None:
+                res.reason(f"exit_code:{code}")
+            res.error = _short(f"the worker died ({role}); last output:\n{tr.output[-1200:]}"
+                               if tr.output else f"the worker died ({role})")
+        return False
+
+    def _worker_status(self, value: dict, res: VerifyResult) -> None:
+        status = value.get("status")
+        res.status = status if status in STATUSES else "runtime_error"
+        res.reason(*(value.get("reasons") or []))
+        res.error = _short(value.get("error"))
+        res.notes.update(value.get("notes") or {})
+
+    def _load_outputs(self, directory: Path, prefix: str) -> list | None:
+        """Per trial, the list of outputs; None if any trial's file is missing or not tensors."""
+        import torch
+        outs = []
+        for t in range(self.trials):
+            path = directory / f"{prefix}_{t}.pt"
+            if not path.is_file():
+                return None
+            try:
+                items = torch.load(path, map_location="cpu", weights_only=True)
+            except Exception as exc:  # noqa: BLE001 - a hostile or broken file
+                log.warning("unreadable outputs %s: %s", path, exc)
+                return None
+            if not isinstance(items, list):
+                return None
+            outs.append(items)
+        return outs
+
+    def _remember_env(self, env: dict | None) -> None:
+        if isinstance(env, dict) and not self._env_info.get("_from_worker"):
+            with self._lock:
+                self._env_info = {k: env.get(k) for k in
+                                  ("gpu", "torch_version", "triton_version", "cuda_version")}
+                self._env_info["_from_worker"] = True
+
+
+def _local_versions() -> dict:
+    """Versions of this install (workers run the same one); the GPU's name comes from a worker."""
+    import importlib.metadata
+    try:
+        import torch
+        tv, cv = torch.__version__, torch.version.cuda
+    except Exception:
+        tv = cv = None
+    try:
+        trv = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        trv = None
+    return {"gpu": None, "torch_version": tv, "triton_version": trv, "cuda_version": cv}
+
+
+def _at(seq: list, i: int):
+    return seq[i] if i < len(seq) else None

@@ -1,0 +1,492 @@
+"""Worker side of verify: runs inside a sandboxed worker (curate.isolation), never in the parent.
+
+Three roles, one per task:
+
+- `reference`: load the reference program, build `Model` from the seed, run it on the seeded
+  inputs of every trial and `torch.save` its outputs where the parent told it. Reference workers
+  never import candidate code.
+- `compile`: import the candidate ahead of its turn with the shared compile caches, so CUDA
+  extensions and Triton kernels are built on CPU processes while the GPU times other pairs.
+- `candidate`: load the reference (for inputs and timing) and the candidate, build both models
+  from the same seed (and the same parameters), run the candidate on fresh clones of every
+  trial's inputs (the last trial rewrites the previous buffers in place), save its outputs, then
+  time reference and candidate interleaved on the same inputs. Gates plug in through
+  `curate.verify.hooks` at the points marked `run_hook`.
+
+Timers are captured when this module is imported, before any candidate code exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import importlib.util
+import itertools
+import os
+import random
+import re
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from .timing import capture_timers
+
+TIMERS = capture_timers()           # before any candidate code is imported
+
+from .compare import compare, flatten_outputs  # noqa: E402
+from .hooks import CandidateCall, CheckContext, load_checks, run_hook  # noqa: E402
+from .lock import DeviceLock  # noqa: E402
+from .timing import L2Flush, time_cpu, time_cuda  # noqa: E402
+
+_counter = itertools.count()
+_baseline: dict | None = None
+_flush: L2Flush | None = None
+_checks: list | None = None
+
+
+# -- worker lifecycle --------------------------------------------------------------------------
+def setup() -> None:
+    """Once per worker: import what every task needs and remember library functions' identity."""
+    global _baseline
+    device = os.environ.get("CURATE_VERIFY_DEVICE", "cpu")
+    if device == "cuda" and torch.cuda.is_available():
+        torch.cuda.init()
+    _baseline = _snapshot()
+
+
+def handle(task: dict) -> dict:
+    role = task["role"]
+    os.environ["TORCH_EXTENSIONS_DIR"] = task.get("extensions_dir") or os.environ.get(
+        "TORCH_EXTENSIONS_DIR", os.path.join(os.getcwd(), "torch_extensions"))
+    try:
+        if role == "reference":
+            return run_reference(task)
+        if role == "compile":
+            return run_compile(task)
+        if role == "candidate":
+            return run_candidate(task)
+        raise ValueError(f"unknown role {role!r}")
+    finally:
+        _forget_modules()
+
+
+def env_info(device: str) -> dict:
+    gpu = None
+    if device == "cuda" and torch.cuda.is_available():
+        gpu = torch.cuda.get_device_name()
+    try:
+        triton_version = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        triton_version = None
+    return {"gpu": gpu, "torch_version": torch.__version__, "triton_version": triton_version,
+            "cuda_version": torch.version.cuda}
+
+
+# -- helpers -----------------------------------------------------------------------------------
+_loaded: list[str] = []
+
+
+def load_module(code: str, role: str, tag: str):
+    """Exec `code` as a real module from a file in the scratch directory (Triton's @jit and
+    inspect need source files)."""
+    name = f"curate_{role}_{tag}_{next(_counter)}"
+    path = Path.cwd() / f"{name}.py"
+    path.write_text(code)
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    _loaded.append(name)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _forget_modules() -> None:
+    while _loaded:
+        sys.modules.pop(_loaded.pop(), None)
+
+
+def _seed_all(seed: int) -> None:
+    torch.manual_seed(seed)
+    random.seed(seed)
+    try:
+        import numpy as np
+        np.random.seed(seed % 2**32)
+    except Exception:
+        pass
+
+
+def _device_ctx(device: str):
+    return torch.device(device) if device != "cpu" else contextlib.nullcontext()
+
+
+def _to(x, device):
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to(v, device) for v in x)
+    return x
+
+
+def _clone(x):
+    if isinstance(x, torch.Tensor):
+        return x.clone()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_clone(v) for v in x)
+    return x
+
+
+def make_inputs(mod, seed: int, device: str) -> list:
+    """The trial's inputs: `get_inputs()` under the seed, created directly on the device."""
+    _seed_all(seed)
+    with _device_ctx(device):
+        inputs = list(mod.get_inputs())
+    return [_to(x, device) for x in inputs]
+
+
+def init_args(mod, seed: int, device: str) -> list:
+    _seed_all(seed)
+    with _device_ctx(device):
+        args = list(mod.get_init_inputs()) if hasattr(mod, "get_init_inputs") else []
+    return args
+
+
+def build_model(cls, args: list, seed: int, device: str):
+    _seed_all(seed)
+    with _device_ctx(device):
+        model = cls(*args)
+    return model.to(device) if hasattr(model, "to") else model
+
+
+def share_parameters(ref_model, new_model) -> str:
+    """Give ModelNew the reference's parameters: by name when the state dicts match, by order
+    when only shapes match; otherwise both keep their seeded initialization."""
+    try:
+        rs, ns = ref_model.state_dict(), new_model.state_dict()
+    except Exception:
+        return "seed"
+    if not rs or not ns:
+        return "seed"
+    if rs.keys() == ns.keys() and all(rs[k].shape == ns[k].shape for k in rs):
+        new_model.load_state_dict(rs)
+        return "by_name"
+    rl, nl = list(rs.values()), list(ns.values())
+    if len(rl) == len(nl) and all(a.shape == b.shape and a.dtype == b.dtype for a, b in zip(rl, nl)):
+        with torch.no_grad():
+            for a, b in zip(rl, nl):
+                b.copy_(a)
+        return "by_order"
+    return "seed"
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        TIMERS.cuda_synchronize()
+
+
+def _cpu_outputs(items: list) -> list:
+    return [x.detach().to("cpu", copy=True) if isinstance(x, torch.Tensor) else x for x in items]
+
+
+def _inputs_equal(a: list, b: list) -> bool:
+    for x, y in zip(a, b):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if x.shape != y.shape or not torch.equal(x, y):
+                if not (x.is_floating_point() and torch.equal(torch.nan_to_num(x),
+                                                              torch.nan_to_num(y))):
+                    return False
+    return True
+
+
+# -- error classification ---------------------------------------------------------------------
+_CUDA_FATAL = re.compile(r"illegal memory access|misaligned address|unspecified launch failure|"
+                         r"device-side assert|CUDA error|an illegal instruction|"
+                         r"cudaErrorLaunch|AcceleratorError", re.IGNORECASE)
+_OOM = re.compile(r"out of memory|CUDA out of memory|std::bad_alloc|Cannot allocate memory",
+                  re.IGNORECASE)
+_BUILD = re.compile(r"Error building extension|CompilationError|ninja: build stopped|"
+                    r"error: command .* failed|compilation terminated", re.IGNORECASE)
+
+
+def classify_exception(exc: BaseException, phase: str) -> dict:
+    """status, reasons and whether the worker must be replaced, for an exception in `phase`
+    (`import`, `build`, `call`)."""
+    name, msg = type(exc).__name__, str(exc)
+    reasons: list[str] = []
+    recycle = False
+    if isinstance(exc, MemoryError) or _OOM.search(msg) or name == "OutOfMemoryError":
+        status, reasons = "runtime_error", ["out_of_memory"]
+        recycle = True
+    elif _CUDA_FATAL.search(msg) or name == "AcceleratorError":
+        status, reasons, recycle = "runtime_error", ["cuda_error"], True
+    elif isinstance(exc, SyntaxError) or _BUILD.search(f"{name}: {msg}") or phase == "import":
+        status = "compile_error"
+    else:
+        status = "runtime_error"
+    if isinstance(exc, RecursionError):
+        recycle = True
+    return {"status": status, "reasons": reasons, "_recycle": recycle,
+            "error": trim_error(exc, status)}
+
+
+def trim_error(exc: BaseException, status: str, limit: int = 2000) -> str:
+    """The part of an error that matters: for build errors the compiler's diagnostics (each
+    `error` line and the source lines under it, paths cut to file names, command lines
+    dropped), else the exception and the candidate's innermost frame."""
+    head = f"{type(exc).__name__}: "
+    msg = str(exc)
+    if isinstance(exc, SyntaxError):
+        return f"SyntaxError: {exc.msg} (line {exc.lineno}): {(exc.text or '').strip()}"[:limit]
+    if status == "compile_error" and ("\n" in msg or _BUILD.search(msg)):
+        return trim_compiler_output(head, msg, limit)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "curate_" in f.filename]
+    where = f" (at line {frames[-1].lineno}: {(frames[-1].line or '').strip()})" if frames else ""
+    first = msg.strip().splitlines()[0] if msg.strip() else ""
+    return (head + first)[:limit - len(where)] + where
+
+
+_CMD_LINE = re.compile(r"^\s*(\[\d+/\d+\]|FAILED:|ninja:|c\+\+ |g\+\+ |gcc |clang|/\S*nvcc |nvcc )")
+_PATH = re.compile(r"(?:/[^\s:/'\"]+)+/([^\s:/'\"]+\.(?:cpp|cu|cuh|h|hpp|cc|py|ptx))")
+
+
+def trim_compiler_output(head: str, msg: str, limit: int = 2000) -> str:
+    lines = msg.splitlines()
+    title = re.split(r":\s*\[\d+/\d+\]", lines[0])[0] if lines else ""
+    if len(title) > 200:
+        title = title[:200] + "..."
+    keep: list[str] = []
+    i = 0
+    while i < len(lines):
+        ln = lines[i]
+        if not _CMD_LINE.match(ln) and re.search(r"\berror\b", ln, re.IGNORECASE) and i > 0:
+            keep.append(_PATH.sub(r"\1", ln.rstrip()))
+            for nxt in lines[i + 1:i + 3]:  # the source line and its caret
+                if nxt.strip() and not _CMD_LINE.match(nxt) and not re.search(
+                        r"\berror\b", nxt, re.IGNORECASE):
+                    keep.append(_PATH.sub(r"\1", nxt.rstrip()))
+        i += 1
+    body = "\n".join(dict.fromkeys(keep)) if keep else "\n".join(
+        _PATH.sub(r"\1", ln) for ln in lines[-12:] if not _CMD_LINE.match(ln))
+    return (head + title + "\n" + body)[:limit]
+
+
+# -- tamper detection (worker recycling) ------------------------------------------------------
+def _watched():
+    import torch.nn.functional as F
+    return {"torch": torch, "F": F, "Tensor": torch.Tensor, "Module": torch.nn.Module,
+            "cuda": torch.cuda, "time": time}
+
+
+def _snapshot() -> dict:
+    snap = {}
+    for name, mod in _watched().items():
+        for k, v in list(vars(mod).items()):
+            if callable(v):
+                snap[(name, k)] = v
+    return snap
+
+
+def tampered() -> list[str]:
+    """Library functions that candidate code replaced in this process (then it gets a fresh one)."""
+    if _baseline is None:
+        return []
+    mods = _watched()
+    return sorted(f"{n}.{k}" for (n, k), v in _baseline.items() if vars(mods[n]).get(k) is not v)
+
+
+def _finish(result: dict) -> dict:
+    changed = tampered()
+    if changed:
+        result["_recycle"] = True
+        result.setdefault("notes", {})["patched"] = changed[:20]
+    return result
+
+
+# -- roles -------------------------------------------------------------------------------------
+def run_reference(task: dict) -> dict:
+    device = task["device"]
+    mod = load_module(task["pytorch_code"], "ref", task.get("tag", "x"))
+    args = init_args(mod, task["seed_init"], device)
+    model = build_model(mod.Model, args, task["seed_init"], device)
+    out_dir = Path(task["out_dir"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files, structures = [], []
+    for t, seed in enumerate(task["seeds"]):
+        inputs = make_inputs(mod, seed, device)
+        with torch.no_grad():
+            out = model(*_clone(inputs))
+        _sync(device)
+        items, struct = flatten_outputs(out)
+        path = out_dir / f"ref_{t}.pt"
+        torch.save(_cpu_outputs(items), path)
+        files.append(str(path))
+        structures.append(struct)
+    del model
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return _finish({"status": "ok", "files": files, "structures": structures,
+                    "env": env_info(device)})
+
+
+def run_compile(task: dict) -> dict:
+    t0 = time.monotonic()
+    try:
+        load_module(task["kernel_code"], "cand", task.get("tag", "x"))
+    except BaseException as exc:  # noqa: BLE001
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        info = classify_exception(exc, "import")
+        info["_recycle"] = True
+        return info
+    return _finish({"status": "compiled", "seconds": time.monotonic() - t0})
+
+
+def run_candidate(task: dict) -> dict:
+    global _flush, _checks
+    device, backend = task["device"], task.get("backend")
+    if _checks is None:
+        _checks = load_checks("worker")
+    checks = _checks
+    lock = DeviceLock(task.get("lock_dir"))
+    ctx = CheckContext(role="candidate", device=device, backend=backend,
+                       pytorch_code=task["pytorch_code"], kernel_code=task["kernel_code"],
+                       timers=TIMERS)
+    result: dict = {"status": "ok", "reasons": [], "env": env_info(device), "files": [],
+                    "structures": [], "timing": None, "notes": ctx.notes}
+
+    def done(res: dict) -> dict:
+        res["flags"] = [f.__dict__ for f in ctx.flags]
+        return _finish(res)
+
+    tag = task.get("tag", "x")
+    ref_mod = load_module(task["pytorch_code"], "ref", tag)
+    ctx.ref_module = ref_mod
+    run_hook(checks, "before_import", ctx)
+    t_import = time.monotonic()
+    try:
+        cand_mod = load_module(task["kernel_code"], "cand", tag)
+    except BaseException as exc:  # noqa: BLE001
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return done({**result, **classify_exception(exc, "import")})
+    result["notes"]["import_s"] = round(time.monotonic() - t_import, 3)
+    ctx.cand_module = cand_mod
+    if not hasattr(cand_mod, "ModelNew"):
+        return done({**result, "status": "compile_error", "reasons": ["no_modelnew"],
+                     "error": "the candidate defines no class ModelNew"})
+    try:
+        args = init_args(ref_mod, task["seed_init"], device)
+        ref_model = build_model(ref_mod.Model, args, task["seed_init"], device)
+        new_model = build_model(cand_mod.ModelNew, init_args(ref_mod, task["seed_init"], device),
+                                task["seed_init"], device)
+        result["notes"]["parameters"] = share_parameters(ref_model, new_model)
+    except BaseException as exc:  # noqa: BLE001
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return done({**result, **classify_exception(exc, "build")})
+    ctx.ref_model, ctx.new_model = ref_model, new_model
+    run_hook(checks, "after_import", ctx)
+
+    # -- correctness trials: outputs saved for the parent, which alone holds the reference's
+    out_dir = Path(task["out_dir"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    seeds = task["seeds"]
+    prev_inputs = None
+    first_pristine = None
+    first_items = None
+    try:
+        with lock.shared():
+            for t, seed in enumerate(seeds):
+                fresh = make_inputs(ref_mod, seed, device)
+                inplace = bool(task.get("inplace_last", True) and t == len(seeds) - 1 and t > 0
+                               and prev_inputs is not None and _same_layout(prev_inputs, fresh))
+                if inplace:
+                    for buf, new in zip(prev_inputs, fresh):
+                        if isinstance(buf, torch.Tensor):
+                            buf.copy_(new)
+                    cand_inputs = prev_inputs
+                else:
+                    cand_inputs = _clone(fresh)
+                with torch.no_grad():
+                    out = new_model(*cand_inputs)
+                _sync(device)
+                items, struct = flatten_outputs(out)
+                cpu_items = _cpu_outputs(items)
+                if not _inputs_equal(cand_inputs, fresh):
+                    ctx.flag("input_mutated")
+                run_hook(checks, "after_call", ctx, CandidateCall(
+                    trial=t, seed=seed, inplace=inplace, inputs=cand_inputs, pristine=fresh,
+                    outputs=items, structure=struct))
+                path = out_dir / f"cand_{t}.pt"
+                torch.save(cpu_items, path)
+                result["files"].append(str(path))
+                result["structures"].append(struct)
+                if t == 0:
+                    first_pristine, first_items = fresh, cpu_items
+                prev_inputs = cand_inputs
+                del out, items
+    except BaseException as exc:  # noqa: BLE001
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return done({**result, **classify_exception(exc, "call")})
+
+    # -- timing: only where the device measures this backend, and only a plausible candidate
+    if task.get("time") and not any(f.fatal for f in ctx.flags):
+        try:
+            with torch.no_grad():
+                local_ref, _ = flatten_outputs(ref_model(*_clone(first_pristine)))
+            plausible = compare(_cpu_outputs(local_ref), first_items).ok
+        except Exception as exc:  # noqa: BLE001
+            plausible = False
+            result["notes"]["local_reference_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        if not plausible:
+            result["notes"]["timing_skipped"] = "candidate output differs from the reference"
+        else:
+            try:
+                result["timing"] = _time_pair(task, ctx, ref_model, new_model, ref_mod, lock)
+            except BaseException as exc:  # noqa: BLE001
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                return done({**result, **classify_exception(exc, "call")})
+    run_hook(checks, "finish", ctx)
+    del ref_model, new_model
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return done(result)
+
+
+def _same_layout(a: list, b: list) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
+            return False
+        if isinstance(x, torch.Tensor) and (x.shape != y.shape or x.dtype != y.dtype):
+            return False
+    return True
+
+
+def _time_pair(task: dict, ctx: CheckContext, ref_model, new_model, ref_mod, lock) -> dict:
+    global _flush
+    device = task["device"]
+    inputs = make_inputs(ref_mod, task["seeds"][-1], device)
+    ref_in, cand_in = _clone(inputs), _clone(inputs)
+    run_hook(_checks or [], "before_timing", ctx)
+    with lock.exclusive(), torch.no_grad():
+        if device == "cuda":
+            if _flush is None:
+                _flush = L2Flush("cuda")
+            timing = time_cuda(lambda: ref_model(*ref_in), lambda: new_model(*cand_in), TIMERS,
+                               _flush, budget_s=task.get("time_budget", 0.5),
+                               min_trials=task.get("min_trials", 20),
+                               max_trials=task.get("max_trials", 1000))
+        else:
+            timing = time_cpu(lambda: ref_model(*ref_in), lambda: new_model(*cand_in), TIMERS,
+                              budget_s=task.get("time_budget", 1.0),
+                              min_trials=task.get("min_trials", 20),
+                              max_trials=task.get("max_trials", 1000))
+    run_hook(_checks or [], "after_timing", ctx, timing)
+    return {"ref_ms": timing.ref_ms, "cand_ms": timing.cand_ms, "wall_s": timing.wall_s,
+            "clock": timing.clock}

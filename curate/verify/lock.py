@@ -1,0 +1,53 @@
+"""A fair readers-writer lock between worker processes, on two files (fcntl.flock).
+
+Correctness runs hold it shared (many workers on the GPU at once); timed trials hold it
+exclusive, so nothing else runs on the device while a pair is timed. A writer first takes the
+turnstile, which new readers must pass, so a stream of readers cannot starve it. A killed
+process drops its locks with its file descriptors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+
+
+class DeviceLock:
+    def __init__(self, directory: str | Path | None):
+        self.dir = Path(directory) if directory else None
+        if self.dir:
+            self.dir.mkdir(parents=True, exist_ok=True)
+
+    def _open(self, name: str) -> int:
+        return os.open(str(self.dir / name), os.O_RDWR | os.O_CREAT, 0o600)
+
+    @contextlib.contextmanager
+    def shared(self):
+        if self.dir is None:
+            yield
+            return
+        gate, main = self._open("turnstile.lock"), self._open("device.lock")
+        try:
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            fcntl.flock(main, fcntl.LOCK_SH)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+            yield
+        finally:
+            os.close(main)
+            os.close(gate)
+
+    @contextlib.contextmanager
+    def exclusive(self):
+        if self.dir is None:
+            yield
+            return
+        gate, main = self._open("turnstile.lock"), self._open("device.lock")
+        try:
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            fcntl.flock(main, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(main)
+            os.close(gate)

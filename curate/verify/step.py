@@ -1,0 +1,47 @@
+"""The `verify` pipeline step: every row comes out with its status (verify filters nothing)."""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+from ..pipeline.step import Outcome, Resources, Step
+from ..record import add_reasons
+from .engine import Verifier
+
+
+class Verify(Step):
+    name = "verify"
+    batch_size = 256
+    cache = True
+
+    def __init__(self, device: str = "cpu", workers: int | None = None, timeout: float = 120,
+                 trials: int = 3, seed: int = 0, time_budget: float | None = None,
+                 reference_workers: int | None = None, compile_workers: int | None = None,
+                 cache_dir: str | None = None, memory_gb: float | None = None):
+        if device == "auto":
+            from ..pipeline.config import detect_device
+            device = detect_device()
+        self.verifier = Verifier(device=device, workers=workers, timeout=timeout, trials=trials,
+                                 seed=seed, time_budget=time_budget,
+                                 reference_workers=reference_workers,
+                                 compile_workers=compile_workers, cache_dir=cache_dir,
+                                 memory_gb=memory_gb)
+        self.device = device
+        self.resources = Resources(cpus=os.cpu_count() or 1, gpus=1 if device == "cuda" else 0)
+
+    def config(self) -> dict:
+        return self.verifier.config()
+
+    def setup(self) -> None:
+        self.verifier.start()
+
+    def teardown(self) -> None:
+        self.verifier.close()
+
+    def process(self, rows: list[dict]) -> Iterator[tuple[int, Outcome]]:
+        for i, res in self.verifier.verify(rows):
+            row = dict(rows[i])
+            row.update(res.columns())
+            add_reasons(row, *res.reasons)
+            yield i, Outcome.keep(row)

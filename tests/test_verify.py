@@ -1,0 +1,309 @@
+"""verify: hostile candidates each get their status, honest ones verify, nothing leaks or is lost.
+
+CPU tests run Triton candidates under the interpreter and C++ candidates built with
+load_inline on this machine; GPU tests (`-m gpu`) need an NVIDIA GPU and nvcc.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from curate.record import row_key
+from curate.tableio import read_rows, write_rows
+from curate.verify import Verifier
+from curate.verify.compare import compare, flatten_outputs
+from curate.verify.lock import DeviceLock
+from curate.verify.timing import speedup_ci
+
+FIX = Path(__file__).parent / "fixtures" / "verify"
+REF = (FIX / "ref_scale_add.py").read_text()
+REPO = Path(__file__).resolve().parents[1]
+
+
+def pair(name: str, backend: str = "triton", ref: str = REF, **extra) -> dict:
+    return {"id": name, "pytorch_code": ref, "kernel_code": (FIX / f"{name}.py").read_text(),
+            "backend": backend, "source": "file", **extra}
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("compile-cache")
+
+
+# -- the hostile batch: one verify run, every row gets its own status -------------------------
+HOSTILE = {
+    "triton_honest": "verified",
+    "hostile_crash": "crashed",
+    "hostile_hang": "timeout",
+    "hostile_exit": "crashed",
+    "hostile_oom": "runtime_error",
+    "hostile_flood": "crashed",
+    "syntax_error": "compile_error",
+    "hostile_import_error": "compile_error",
+    "hostile_raise": "runtime_error",
+    "triton_wrong": "incorrect",
+    "stale_cache": "incorrect",
+    "nan_output": "incorrect",
+    "tuple_output": "incorrect",
+    "canary_probe": "verified",
+}
+
+
+@pytest.fixture(scope="module")
+def hostile_run(tmp_path_factory, cache_dir):
+    probe = tmp_path_factory.mktemp("probe") / "env.json"
+    rows = [pair(n) for n in HOSTILE]
+    for r in rows:
+        r["kernel_code"] = r["kernel_code"].replace("__PROBE_PATH__", str(probe))
+    honest_again = pair("triton_honest")
+    honest_again["id"] = "triton_honest_last"
+    honest_again["kernel_code"] += "\n# the same kernel, one more time\n"
+    rows.append(honest_again)
+    rows.append({**pair("cuda_fused_gelu", backend="cuda"), "id": "cuda_on_cpu"})
+    canaries = {"HF_TOKEN": "canary-hf-5a1", "OPENAI_API_KEY": "canary-oa-9f2",
+                "CURATE_DB_PASSWORD": "canary-pw-77c"}
+    old = {k: os.environ.get(k) for k in canaries}
+    os.environ.update(canaries)
+    try:
+        with Verifier(device="cpu", workers=2, timeout=15, cache_dir=cache_dir,
+                      memory_gb=4) as v:
+            results = {rows[i]["id"]: r for i, r in v.verify(rows)}
+            replaced = v.replaced
+    finally:
+        for k, val in old.items():
+            if val is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = val
+    return results, replaced, probe, canaries
+
+
+def test_every_hostile_candidate_gets_its_status_and_honest_rows_verify(hostile_run):
+    results, _, _, _ = hostile_run
+    got = {name: results[name].status for name in HOSTILE}
+    assert got == HOSTILE
+    assert results["triton_honest_last"].status == "verified"
+    assert results["cuda_on_cpu"].status == "unsupported"
+    assert "cuda_needs_gpu" in results["cuda_on_cpu"].reasons
+
+
+def test_statuses_carry_machine_readable_reasons(hostile_run):
+    results, _, _, _ = hostile_run
+    assert "signal:SIGSEGV" in results["hostile_crash"].reasons
+    assert "exit_code:7" in results["hostile_exit"].reasons
+    assert "out_of_memory" in results["hostile_oom"].reasons
+    assert "output_flood" in results["hostile_flood"].reasons
+    assert "candidate_timeout" in results["hostile_hang"].reasons
+    assert "syntax_error" in results["syntax_error"].reasons
+    assert "nan_inf" in results["nan_output"].reasons
+    assert "output_mismatch" in results["triton_wrong"].reasons
+    assert "output_mismatch" in results["stale_cache"].reasons  # caught by the in-place trial
+    assert set(results["tuple_output"].reasons) & {"output_structure_mismatch",
+                                                    "output_count_mismatch"}
+    assert "bad grid" in results["hostile_raise"].error
+    assert "curate_no_such_module" in results["hostile_import_error"].error
+
+
+def test_honest_triton_row_is_checked_for_correctness_only_on_cpu(hostile_run):
+    results, _, _, _ = hostile_run
+    ok = results["triton_honest"]
+    assert ok.correct is True and ok.max_abs_err is not None and ok.max_abs_err < 1e-3
+    assert ok.speedup is None and ok.speedup_ci_low is None  # the interpreter's speed means nothing
+    assert ok.torch_version == torch.__version__ and ok.gpu is None
+    assert results["triton_wrong"].correct is False
+    assert results["triton_wrong"].max_abs_err > 1.0
+
+
+def test_crashed_and_hung_workers_are_replaced(hostile_run):
+    _, replaced, _, _ = hostile_run
+    assert replaced >= 4  # segfault, os._exit, flood, hang: each worker killed and replaced
+
+
+def test_canary_tokens_never_reach_the_candidate(hostile_run):
+    results, _, probe, canaries = hostile_run
+    assert results["canary_probe"].status == "verified"
+    seen = json.loads(probe.read_text())
+    env_text = json.dumps(seen["environ"])
+    for name, value in canaries.items():
+        assert value not in env_text and name not in seen["environ"]
+    assert "curate-w" in seen["cwd"] and not seen["cwd"].startswith(str(REPO))
+
+
+# -- C++ pairs: built ahead in the compile pool, cached, timed on the CPU -----------------------
+def test_cpp_pair_is_timed_and_compile_errors_are_trimmed(cache_dir):
+    rows = [pair("cpp_honest", backend="cpp"), pair("cpp_compile_error", backend="cpp")]
+    with Verifier(device="cpu", workers=1, timeout=240, cache_dir=cache_dir,
+                  time_budget=0.3) as v:
+        res = {rows[i]["id"]: r for i, r in v.verify(rows)}
+    ok, bad = res["cpp_honest"], res["cpp_compile_error"]
+    assert ok.status == "verified", (ok.status, ok.reasons, ok.error)
+    assert ok.correct and ok.ref_ms > 0 and ok.kernel_ms > 0
+    assert ok.speedup_ci_low <= ok.speedup <= ok.speedup_ci_high
+    assert ok.timed_trials >= 20
+    assert bad.status == "compile_error"
+    assert "undeclared_factor" in bad.error and len(bad.error) <= 2000
+    # the build is content-addressed in the cache and reused by the next run
+    assert list(Path(cache_dir, "ext").glob("*/curate_fixture_scale_add/*.so"))
+    t0 = time.monotonic()
+    with Verifier(device="cpu", workers=1, timeout=240, cache_dir=cache_dir,
+                  time_budget=0.1) as v:
+        again = v.verify_one(rows[0])
+    assert again.status == "verified"
+    assert again.notes.get("compile_s", 99) < 10, again.notes
+    assert time.monotonic() - t0 < 60
+
+
+# -- resume: a verify killed with SIGKILL picks up from its ledger ------------------------------
+def test_killed_verify_resumes_from_the_ledger(tmp_path, cache_dir):
+    base = (FIX / "slow_honest.py").read_text()
+    rows = [{"id": f"slow{i}", "pytorch_code": REF, "backend": "triton", "source": "file",
+             "kernel_code": base.replace("# VARIANT", f"# variant {i}")} for i in range(6)]
+    inp, out = tmp_path / "pairs.jsonl", tmp_path / "verified.parquet"
+    write_rows(inp, rows)
+    ledger = tmp_path / "verified.ledger.sqlite"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CURATE_CACHE_DIR": str(cache_dir)}
+    cmd = [sys.executable, "-m", "curate", "verify", str(inp), "-o", str(out), "--device", "cpu",
+           "--workers", "1", "--timeout", "60"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    done_before = 0
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if ledger.exists():
+            try:
+                with sqlite3.connect(ledger) as db:
+                    done_before = db.execute("SELECT count(*) FROM results").fetchone()[0]
+            except sqlite3.Error:
+                pass
+            if done_before >= 2:
+                break
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not out.exists()  # the killed run never finished its table
+    assert 2 <= done_before < len(rows)
+
+    second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stdout + second.stderr
+    got = read_rows(out)
+    assert sorted(r["id"] for r in got) == sorted(r["id"] for r in rows)
+    assert all(r["status"] == "verified" for r in got)
+    with sqlite3.connect(ledger) as db:
+        computes = dict(db.execute("SELECT key, computes FROM results").fetchall())
+    assert set(computes) == {row_key(r) for r in rows}
+    assert all(n == 1 for n in computes.values()), computes  # nothing verified twice
+    assert f"{done_before} from the ledger" in second.stdout or "from the ledger" in second.stdout
+
+
+def test_cli_keeps_every_row_and_rejects_bad_input(tmp_path):
+    from curate.cli import main
+    rows = [pair("syntax_error"), {**pair("cuda_fused_gelu", backend="cuda"), "id": "cu"}]
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_rows(inp, rows)
+    res = CliRunner().invoke(main, ["verify", str(inp), "-o", str(out), "--device", "cpu",
+                                    "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    got = {r["id"]: r for r in read_rows(out)}
+    assert got["syntax_error"]["status"] == "compile_error"
+    assert got["cu"]["status"] == "unsupported"
+    assert "Example:" in CliRunner().invoke(main, ["verify", "--help"]).output
+    res = CliRunner().invoke(main, ["verify", str(tmp_path / "missing.jsonl"), "-o", str(out)])
+    assert res.exit_code != 0
+
+
+# -- the pieces: comparison, intervals, the device lock -----------------------------------------
+def test_compare_checks_shapes_dtypes_nan_and_tolerance():
+    r = torch.randn(8, 8)
+    assert compare([r], [r + 1e-5]).ok
+    assert not compare([r], [r + 1e-2]).ok
+    assert "shape_mismatch" in compare([r], [r[:4]]).reasons
+    assert "dtype_mismatch" in compare([r], [r.double()]).reasons
+    bad = r.clone()
+    bad[0, 0] = float("inf")
+    assert "nan_inf" in compare([r], [bad]).reasons
+    nan_ref = r.clone()
+    nan_ref[1, 1] = float("nan")
+    assert compare([nan_ref], [nan_ref.clone()]).ok  # NaN where the reference has NaN is fine
+    assert compare([r.half()], [(r + 5e-3).half()]).ok  # half precision gets a wider band
+    assert not compare([torch.arange(4)], [torch.arange(4) + 1]).ok
+    # a relative-norm bound catches a small bias spread over every element
+    big = torch.full((10000,), 1.0)
+    assert "output_mismatch" in compare([big], [big * (1 + 5e-4)]).reasons
+    items, struct = flatten_outputs((r, (r, 3)))
+    assert struct == "tuple[2]" and len(items) == 3
+
+
+def test_speedup_interval_brackets_the_true_ratio():
+    rng = np.random.default_rng(1)
+    ref = rng.normal(10.0, 0.3, 200)
+    cand = rng.normal(4.0, 0.2, 200)
+    s = speedup_ci(list(ref), list(cand))
+    assert s["speedup_ci_low"] < 2.5 < s["speedup_ci_high"]
+    assert s["speedup_ci_high"] - s["speedup_ci_low"] < 0.3
+    assert speedup_ci([], [])["speedup"] is None
+
+
+def test_device_lock_excludes_readers_while_timing(tmp_path):
+    import multiprocessing as mp
+    lock = DeviceLock(tmp_path)
+    log = tmp_path / "log"
+
+    def reader():
+        with DeviceLock(tmp_path).shared():
+            with open(log, "a") as fh:
+                fh.write(f"r {time.monotonic()}\n")
+
+    with lock.exclusive():
+        p = mp.get_context("fork").Process(target=reader)
+        p.start()
+        time.sleep(0.5)
+        assert not log.exists()  # the reader waits for the timer
+        t_release = time.monotonic()
+    p.join(10)
+    assert float(log.read_text().split()[1]) >= t_release
+
+
+# -- GPU: run on a GPU machine with `pytest -m gpu tests/test_verify.py` -------------------------
+GELU_REF = (FIX / "ref_gelu_residual.py").read_text()
+
+
+@pytest.mark.gpu
+def test_gpu_illegal_memory_access_costs_one_row(cache_dir):
+    rows = [pair("cuda_illegal_access", backend="cuda", ref=GELU_REF),
+            pair("triton_gelu_residual", backend="triton", ref=GELU_REF),
+            {**pair("triton_gelu_residual", backend="triton", ref=GELU_REF), "id": "after",
+             "kernel_code": (FIX / "triton_gelu_residual.py").read_text() + "\n# again\n"}]
+    with Verifier(device="cuda", workers=1, timeout=300, cache_dir=cache_dir) as v:
+        res = {rows[i]["id"]: r for i, r in v.verify(rows)}
+    bad = res["cuda_illegal_access"]
+    assert bad.status in ("runtime_error", "crashed"), (bad.status, bad.error)
+    assert res["triton_gelu_residual"].status == "verified", res["triton_gelu_residual"].error
+    assert res["after"].status == "verified", res["after"].error
+
+
+@pytest.mark.gpu
+def test_gpu_fused_kernel_is_faster_than_eager(cache_dir):
+    rows = [pair("cuda_fused_gelu", backend="cuda", ref=GELU_REF),
+            pair("triton_gelu_residual", backend="triton", ref=GELU_REF)]
+    with Verifier(device="cuda", workers=2, timeout=300, cache_dir=cache_dir) as v:
+        res = {rows[i]["id"]: r for i, r in v.verify(rows)}
+    for name, r in res.items():
+        print(name, r.status, r.speedup, r.speedup_ci_low, r.speedup_ci_high, r.ref_ms,
+              r.kernel_ms, r.timed_trials, r.gpu)
+        assert r.status == "verified", (name, r.status, r.reasons, r.error)
+        assert r.gpu and r.cuda_version and r.triton_version
+        assert r.timed_trials >= 20
+        # eager makes three passes over 256 MiB tensors (add, gelu, add); fused makes one
+        assert r.speedup_ci_low > 1.5, (name, r.speedup, r.speedup_ci_low)
