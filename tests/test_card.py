@@ -137,7 +137,11 @@ def make_build(root: Path, *, n: int = 30, decontam: str = "skipped", infill: bo
     write_shards(None, build / "data", rows=pairs)
     if infill:
         write_shards(None, build / "infill", rows=_infill(pairs))
-        (build / "infill" / "config.json").write_text(json.dumps({"min_core_lines": 3}))
+        (build / "infill" / "config.json").write_text(json.dumps({
+            "curate_version": "0.1.0", "config_name": "infill", "granularity": "kernel",
+            "multi": "per-kernel", "fim_format": "none", "pairs_in": n, "pairs_split": n,
+            "pairs_rejected": 0, "rows": n, "core_kinds": {}, "reasons": {},
+            "shards": ["infill/train-00000-of-00001.parquet"]}))
     rejected = []
     reasons = {"ingest": Counter({"no_get_inputs": 2}),
                "dedup": Counter({"near_duplicate": 6}),
@@ -150,16 +154,28 @@ def make_build(root: Path, *, n: int = 30, decontam: str = "skipped", infill: bo
         for reason, k in c.items():
             for j in range(k):
                 ref = REF.format(k=900 + j, n=len(rejected))
+                status, why = {"status:deceptive": ("deceptive", ["input_mutated"]),
+                               "status:incorrect": ("incorrect", ["mismatch"]),
+                               "status:compile_error": ("compile_error", ["compile_error"]),
+                               "status:timeout": ("timeout", ["timeout"])}.get(
+                    reason, ("verified" if stage == "keep" else None, []))
                 rejected.append(new_record(id=content_hash(ref), pytorch_code=ref, stage=stage,
-                                           reasons=[reason], status="incorrect"))
+                                           reasons=[*why, reason], status=status))
     write_rows(build / "rejected.parquet", rejected)
     dropped = {s: sum(c.values()) for s, c in reasons.items()}
     n_in = n + sum(dropped.values())
     dedup_extra = {}
-    if decontam == "skipped":
-        dedup_extra = {"decontamination": "skipped: evaluation set @kernelbench not found"}
+    if decontam == "skipped":  # what curate.dedup.step reports when the eval set is missing
+        dedup_extra = {"extra": {"decontaminated": False, "decontaminated_against": {},
+                                 "evalset_problems": 0, "evalsets_missing": ["@kernelbench"],
+                                 "dropped_contaminated": 0, "clusters": 44}}
     elif decontam == "done":
-        dedup_extra = {"decontamination": {"against": ["@kernelbench"], "checked": 250}}
+        dedup_extra = {"extra": {"decontaminated": True,
+                                 "decontaminated_against": {"@kernelbench": "/data/kernelbench"},
+                                 "evalset_problems": 250, "evalsets_missing": [],
+                                 "dropped_contaminated": 4, "clusters": 44}}
+    elif decontam == "legacy-skipped":  # a build with no structured report, only a remark
+        dedup_extra = {"decontamination": "skipped: evaluation set @kernelbench not found"}
     stages = [
         {"name": "ingest", "rows_in": 40, "rows_out": 38, "dropped": 2, "seconds": 0.4,
          "reasons": dict(reasons["ingest"]), "skipped": False},
@@ -250,6 +266,10 @@ def test_body_states_counts_verification_and_reproduction(build):
     assert "NVIDIA H200 (30 rows)" in body
     assert "torch 2.11.0 (30)" in body and "triton 3.6.0 (30)" in body and "CUDA 12.8 (30)" in body
     assert "`input_mutated`" in body
+    assert "`mismatch` 5 (incorrect)" in body  # what the checks caught, from rejected.parquet
+    assert "`input_mutated` 2 (deceptive)" in body
+    assert "float32 0.001 / 0.001 / 0.0001" in body  # the verify stage's tolerances
+    assert "`trials=3`" in body
     assert "curate build --pipeline pipeline.yaml --threshold 2.0 --device cuda" in body
     assert PIPELINE.strip() in body
     assert "mixed-license" in body
@@ -260,22 +280,35 @@ def test_body_states_counts_verification_and_reproduction(build):
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
 
 
-@pytest.mark.parametrize("decontam", ["skipped", "absent"])
+@pytest.mark.parametrize("decontam", ["skipped", "absent", "legacy-skipped"])
 def test_card_says_no_decontamination_unless_the_build_says_it_happened(tmp_path, decontam):
     build = make_build(tmp_path, decontam=decontam)
     body = _split_card(render_card(build).path.read_text())[1]
     assert "**No decontamination was done for this build.**" in body
-    if decontam == "skipped":
-        assert "not found" in body
+    assert "asked for decontamination against @kernelbench" in body
+    if decontam != "absent":
+        assert "@kernelbench not found" in body
     assert "**none was done**" in body
+    assert "No decontamination against evaluation sets" in body  # and among the limitations
+
+
+def test_legacy_positive_mention_counts_as_done(tmp_path):
+    from curate.card.facts import decontamination
+    stats = {"stages": [{"name": "dedup", "reasons": {"contaminated:kb/1_relu": 2},
+                         "decontamination": {"against": ["@kernelbench"]}}]}
+    steps = [("dedup", {"against": ["@kernelbench"]})]
+    d = decontamination(stats, {}, steps)
+    assert d["done"] and d["dropped"] == 2 and d["against"] == ["@kernelbench"]
+    assert not decontamination({"stages": []}, {}, steps)["done"]
 
 
 def test_card_states_decontamination_when_recorded(tmp_path):
     build = make_build(tmp_path, decontam="done")
     body = _split_card(render_card(build).path.read_text())[1]
     assert "No decontamination" not in body
-    assert "checked against the evaluation set(s) @kernelbench" in body
-    assert "4 rows that matched were dropped" in body
+    assert "checked against the evaluation set(s) @kernelbench (250 problems)" in body
+    assert "4 rows that matched an evaluation problem were dropped" in body
+    assert "| decontamination | against @kernelbench |" in body
 
 
 def test_hand_written_sections_survive_a_rerender(build):

@@ -77,6 +77,7 @@ class Facts:
     infill_rows: dict[str, list]
     infill_config: dict | None
     rejected_total: int
+    rejected_reasons: list[dict]   # (stage, reason, rows) over rejected.parquet's `reasons` lists
     decontamination: dict
     fingerprint: str
     curate_version: str = __version__
@@ -152,6 +153,12 @@ class Facts:
             for reason, n in (s.get("reasons") or {}).items():
                 out.append({"stage": s.get("name"), "reason": reason, "count": n})
         return sorted(out, key=lambda r: (-r["count"], r["stage"] or "", r["reason"]))
+
+    def caught(self) -> list[dict]:
+        """Reasons on rejected rows that name a check (not the keep filter's status echo)."""
+        skip = ("status:", "below_threshold", "speed_not_measured")
+        return [r for r in self.rejected_reasons
+                if r["status"] != "-" and not r["reason"].startswith(skip)]
 
     def licenses(self) -> list[tuple[str, int]]:
         return self.counter("license")
@@ -310,25 +317,49 @@ def _strings(obj: Any, path: str = "") -> list[tuple[str, str]]:
 def decontamination(stats: dict, pipeline: dict, steps: list[tuple[str, dict]]) -> dict:
     """What the build records about decontamination; `done` only where something says it was done.
 
-    Evidence is any key or string in stats.json mentioning (de)contamination. A statement that it
-    was skipped, or no statement at all, makes the card say that none was done.
+    The dedup step reports `decontaminated`, `decontaminated_against`, `evalsets_missing` and
+    `dropped_contaminated` (stats.json, stage `extra`). Builds without that report are read for
+    any key or text mentioning (de)contamination: a statement that it was skipped, or no
+    statement at all, makes the card say that none was done.
     """
     dedup = next((args for name, args in steps if name == "dedup"), None)
     against = (dedup or {}).get("against") or []
     if isinstance(against, str):
         against = [against]
-    evidence = [(w, t) for w, t in _strings(stats) if _DECONTAM.search(t) or _DECONTAM.search(w)]
-    negative = [(w, t) for w, t in evidence if _NEGATIVE.search(t) or _NEGATIVE.search(w)]
+    out = {"done": False, "against": [], "dropped": 0, "configured": bool(against),
+           "requested": [str(a) for a in against], "missing": [], "negative": [],
+           "problems": None, "evidence": []}
     dropped = 0
     for s in stats.get("stages") or []:
         for reason, n in (s.get("reasons") or {}).items():
             if _DECONTAM.search(reason) and not _NEGATIVE.search(reason):
                 dropped += n
+    out["dropped"] = dropped
+    reports = [s.get("extra") or {} for s in stats.get("stages") or []]
+    reports += [s for s in stats.get("stages") or []]  # a report kept at the stage's top level
+    report = next((r for r in reports if isinstance(r, dict) and "decontaminated" in r), None)
+    if report is not None:
+        done_against = report.get("decontaminated_against") or {}
+        out["against"] = list(done_against) if isinstance(done_against, dict) else \
+            [str(a) for a in done_against]
+        out["missing"] = [str(m) for m in report.get("evalsets_missing") or []]
+        out["done"] = bool(report.get("decontaminated")) and bool(out["against"])
+        out["problems"] = report.get("evalset_problems")
+        if report.get("dropped_contaminated") is not None:
+            out["dropped"] = int(report["dropped_contaminated"])
+        if out["missing"]:
+            out["negative"].append(f"evaluation set(s) {', '.join(out['missing'])} not found")
+        if report.get("note"):
+            out["negative"].append(str(report["note"]))
+        return out
+    evidence = [(w, t) for w, t in _strings(stats) if _DECONTAM.search(t) or _DECONTAM.search(w)]
+    negative = [(w, t) for w, t in evidence if _NEGATIVE.search(t) or _NEGATIVE.search(w)]
     positive = [(w, t) for w, t in evidence if (w, t) not in negative]
-    done = bool(positive) and not negative
-    return {"done": done, "against": [str(a) for a in against], "dropped": dropped,
-            "configured": bool(against), "negative": [t for _, t in negative],
-            "evidence": [f"{w}: {t}" for w, t in evidence][:10]}
+    out["done"] = bool(positive) and not negative
+    out["against"] = out["requested"] if out["done"] else []
+    out["negative"] = [t for _, t in negative]
+    out["evidence"] = [f"{w}: {t}" for w, t in evidence][:10]
+    return out
 
 
 # -- loading --------------------------------------------------------------------------------
@@ -341,6 +372,25 @@ def _read_json(path: Path) -> dict:
     except json.JSONDecodeError as exc:
         raise BadInput(f"not valid JSON ({exc})", path=str(path),
                        fix="rebuild, or delete the file") from None
+
+
+def _rejected_reasons(path: Path) -> list[dict]:
+    """Every reason recorded on a dropped row (a row can carry several: the gates that fired)."""
+    names = set(pq.read_schema(path).names)
+    if "reasons" not in names:
+        return []
+    cols = [c for c in ("stage", "status", "reasons") if c in names]
+    c: Counter = Counter()
+    pf = pq.ParquetFile(path)
+    for batch in pf.iter_batches(columns=cols, batch_size=4096):
+        d = batch.to_pydict()
+        for i, reasons in enumerate(d["reasons"]):
+            stage = d["stage"][i] if "stage" in d else None
+            status = d["status"][i] if "status" in d else None
+            for r in reasons or []:
+                c[(stage or "?", status or "-", r)] += 1
+    return [{"stage": s, "status": st, "reason": r, "count": n}
+            for (s, st, r), n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
 def fingerprint(build: Path, repo_id: str | None) -> str:
@@ -375,6 +425,7 @@ def gather(build_dir: str | Path, *, repo_id: str | None = None,
     if rejected_total is None:
         rejected_total = pq.ParquetFile(rejected).metadata.num_rows if rejected.is_file() else 0
     infill_cfg = _read_json(build / "infill" / "config.json") or None
+    rejected_reasons = _rejected_reasons(rejected) if rejected.is_file() else []
     name = pretty_name or (f"{repo_id.split('/')[-1]}" if repo_id else None) or \
         f"curate {stats.get('pipeline') or pipeline.get('name') or 'build'}"
     facts = Facts(build_dir=build, repo_id=repo_id, pretty_name=name, stats=stats,
@@ -382,6 +433,7 @@ def gather(build_dir: str | Path, *, repo_id: str | None = None,
                   rows=_columns(build, "data"),
                   infill_rows=_columns(build, "infill") if len(configs) > 1 else {},
                   infill_config=infill_cfg, rejected_total=int(rejected_total),
+                  rejected_reasons=rejected_reasons,
                   decontamination={}, fingerprint=fingerprint(build, repo_id))
     facts.decontamination = decontamination(stats, pipeline, facts.steps())
     return facts

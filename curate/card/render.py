@@ -29,16 +29,20 @@ SECTION_RE = re.compile(r"<!-- curate:begin (?P<name>[\w-]+) -->\n?(?P<body>.*?)
                         r"<!-- curate:end (?P=name) -->", re.S)
 FINGERPRINT_RE = re.compile(r"<!-- curate-card fingerprint=(?P<fp>[0-9a-f]+)")
 
-# Gates of the verification harness (DESIGN.md, "Verification rules"), by reason name.
+# The gates of curate verify (curate/verify/gates), by the reason they write into `reasons`.
 GATES = [
-    ("no_kernel_launched", "the candidate launched no custom kernel"),
-    ("output_independent_of_kernel", "a kernel launched, but the output does not depend on it"),
-    ("torch_in_forward", "the forward is plain PyTorch"),
+    ("no_custom_kernel", "the candidate defines no custom kernel"),
+    ("kernel_not_called / cuda_kernel_not_launched", "a kernel is defined but the forward never launches it"),
+    ("torch_in_forward / torch_ops_in_forward", "the forward computes with PyTorch ops instead of the kernel"),
+    ("torch_ops_in_extension / extension_without_kernel", "a C++ extension calls ATen rather than a kernel of its own"),
     ("try_except_fallback", "a try/except falls back to PyTorch"),
     ("input_mutated", "the candidate rewrote its inputs"),
-    ("output_aliases_input", "an output aliases an input"),
+    ("output_aliases_input / output_aliases_parameter", "an output is an input or a weight"),
     ("stale_output", "outputs are stale or cached between calls"),
-    ("degenerate_reference", "the reference output does not depend on its inputs"),
+    ("side_stream_unsynced", "work on a side stream escapes the timing"),
+    ("harness_access:*", "the candidate reaches into the harness (frames, sys, ctypes, mocks, processes)"),
+    ("torch_compile_in_candidate", "the candidate calls torch.compile itself"),
+    ("reference_ignores_inputs", "the reference output does not depend on its inputs (status degenerate_reference)"),
 ]
 
 
@@ -117,7 +121,18 @@ def verify_settings(f: Facts) -> dict:
     for k in ("device", "threshold"):
         if k in settings and k in f.pipeline:
             settings[k] = f.pipeline[k]
-    return settings
+    # how many workers ran is the machine's business, not the dataset's
+    return {k: v for k, v in settings.items() if v is not None and k not in (
+        "workers", "reference_workers", "compile_workers", "cache_dir", "memory_gb")}
+
+
+def tolerances() -> list[tuple[str, float, float, float]]:
+    """(dtype, atol, rtol, relative-norm bound) of the verify stage, where it is installed."""
+    try:
+        from ..verify.compare import TOLERANCES
+    except Exception:
+        return []
+    return [(str(d).removeprefix("torch."), *t) for d, t in TOLERANCES.items()]
 
 
 def _x(v, spec: str = ".2f") -> str:
@@ -156,7 +171,8 @@ def render_card(build_dir: str | Path = "build", *, repo_id: str | None = None,
         f=f, front=yaml.safe_dump(front_matter(f), sort_keys=False, allow_unicode=True,
                                   width=1000),
         assets=assets, repo=repo_id or "ORG/NAME", docs=docs, gates=GATES,
-        verify=verify_settings(f), sp=f.speedup_summary(), dec=f.decontamination)
+        verify=verify_settings(f), tols=tolerances(), sp=f.speedup_summary(),
+        dec=f.decontamination)
     kept = []
 
     def keep(m: re.Match) -> str:
