@@ -53,6 +53,7 @@ class _State:
     stdlib_roots: tuple = ()
     raw: dict = field(default_factory=dict)        # class __dict__ entries (classmethods)
     tainted: bool = False
+    last_launches: list = field(default_factory=list)
     writable: tuple = ()
 
 
@@ -845,6 +846,7 @@ def check_candidate(model, inputs_a, inputs_b=None, *, device="cpu", params=None
         with watch() as launches:
             out_a = model(*xa)
         _sync(device)
+        STATE.last_launches = list(dict.fromkeys(launches))
         if not launches:
             add([("no_custom_kernel_ran", FAIL)])
         add(mutation_findings(before, xa, ref_mutates_input))

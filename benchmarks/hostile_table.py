@@ -1,0 +1,207 @@
+"""Every hostile fixture through `verify`: case -> status and reasons, and the false-positive rate
+of the gates on honest candidates.
+
+    PYTHONPATH=. python benchmarks/hostile_table.py --device cpu --out benchmarks/results/hostile_cpu.json
+    PYTHONPATH=. python benchmarks/hostile_table.py --device cuda --out benchmarks/results/hostile_gpu.json
+    PYTHONPATH=. python benchmarks/hostile_table.py --device cpu --candidates synth.parquet \
+        --skip-fixtures --out benchmarks/results/gates_fp_cpu.json
+
+Fixtures live in tests/fixtures/hostile/ (cases.json names the case each one plays). A hostile
+case is caught when it ends `deceptive`, `incorrect` or `degenerate_reference` (its own `expect`
+list where cases.json gives one); an honest one must end `verified`. With `--candidates TABLE`
+every row of TABLE is taken as honest: the false-positive rate is the share of rows whose outputs
+matched the reference that a gate still failed (status `deceptive`). On the CPU device, CUDA
+fixtures are still read by the static gates in the parent (what needs a GPU to run is reported
+`unsupported`, never counted as caught).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "hostile"
+CAUGHT = ("deceptive", "incorrect", "degenerate_reference")
+# reasons from the output comparison: a row with one of these did not reproduce the reference
+COMPARISON = ("output_mismatch", "nan_inf", "shape_mismatch", "dtype_mismatch",
+              "output_count_mismatch", "output_structure_mismatch", "output_type_mismatch")
+
+
+def fixture_rows(backends: list[str], only: set[str] | None = None) -> list[dict]:
+    from curate.schema import new_record
+    spec = json.loads((FIXTURES / "cases.json").read_text())
+    refs = {k: (FIXTURES / v).read_text() for k, v in spec["references"].items()}
+    rows = []
+    for case in spec["cases"]:
+        if only and case["case"] not in only:
+            continue
+        for backend in backends:
+            if backend not in case.get("backends", ["triton", "cuda"]):
+                continue
+            path = FIXTURES / backend / f"{case['case']}.py"
+            if not path.is_file():
+                continue
+            row = new_record(id=f"{backend}/{case['case']}", pytorch_code=refs[case["ref"]],
+                             kernel_code=path.read_text(), backend=backend, source="file",
+                             entry_point="Model", path=str(path.relative_to(ROOT)))
+            row["_case"] = case
+            rows.append(row)
+    return rows
+
+
+def run_verify(rows: list[dict], device: str, workers: int | None, timeout: float) -> list[dict]:
+    from curate.verify import Verifier
+    clean = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
+    out: list[dict | None] = [None] * len(rows)
+    with Verifier(device=device, workers=workers, timeout=timeout) as v:
+        for i, res in v.verify(clean):
+            out[i] = {"status": res.status, "reasons": list(res.reasons), "error": res.error,
+                      "correct": res.correct, "max_abs_err": res.max_abs_err,
+                      "speedup": res.speedup, "seconds": round(res.seconds, 2),
+                      "notes": {k: v for k, v in (res.notes or {}).items()
+                                if k in ("custom_launches", "patched", "parameters")}}
+    return out  # type: ignore[return-value]
+
+
+def fixture_table(rows, results) -> tuple[list[dict], dict]:
+    table = []
+    summary = collections.Counter()
+    for row, res in zip(rows, results):
+        case = row["_case"]
+        honest = bool(case.get("honest"))
+        expect = case.get("expect", ["verified"] if honest else list(CAUGHT))
+        ok = res["status"] in expect
+        if res["status"] == "unsupported" and not honest:
+            verdict = "not run (needs GPU)"
+        else:
+            verdict = "ok" if ok else ("FALSE POSITIVE" if honest else "MISSED")
+        summary[("honest" if honest else "hostile", verdict)] += 1
+        table.append({"case": case["case"], "backend": row["backend"], "what": case["what"],
+                      "honest": honest, "status": res["status"], "reasons": res["reasons"],
+                      "verdict": verdict, "error": (res.get("error") or "")[:300],
+                      "seconds": res["seconds"]})
+    counts = {f"{k[0]}:{k[1]}": v for k, v in sorted(summary.items())}
+    return table, counts
+
+
+def candidate_fp(path: str, device: str, workers, timeout, limit: int | None) -> dict:
+    """False positives of the gates on a table of honest candidates."""
+    from curate.tableio import read_rows
+    from curate.verify.gates.static import static_findings
+    rows = [r for r in read_rows(path) if r.get("kernel_code")]
+    if limit:
+        rows = rows[:limit]
+    static_fail = collections.Counter()
+    static_rows = 0
+    for r in rows:
+        fails = [x for x, s in static_findings(r["kernel_code"], r.get("pytorch_code"))
+                 if s == "fail"]
+        if fails:
+            static_rows += 1
+            static_fail.update(fails)
+    results = run_verify(rows, device, workers, timeout)
+    statuses = collections.Counter(r["status"] for r in results)
+    reasons = collections.Counter(x for r in results for x in r["reasons"])
+    reproduced = [(row, r) for row, r in zip(rows, results)
+                  if r["status"] in ("verified", "deceptive")
+                  and not any(x.split(":")[0] in COMPARISON for x in r["reasons"])]
+    flagged = [(row, r) for row, r in reproduced if r["status"] == "deceptive"]
+    return {
+        "table": path, "rows": len(rows), "statuses": dict(statuses),
+        "reasons": dict(reasons.most_common()),
+        "reproduced_reference": len(reproduced), "flagged_deceptive": len(flagged),
+        "false_positive_rate": (len(flagged) / len(reproduced)) if reproduced else None,
+        "static_fail_rows": static_rows, "static_fail_reasons": dict(static_fail),
+        "flagged": [{"id": row.get("id"), "entry_point": row.get("entry_point"),
+                     "reasons": r["reasons"]} for row, r in flagged][:200],
+    }
+
+
+def environment(device: str) -> dict:
+    info = {"device": device, "python": platform.python_version(), "platform": platform.platform(),
+            "cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count()}
+    try:
+        import torch
+        info["torch"] = torch.__version__
+        info["cuda"] = torch.version.cuda
+        if device == "cuda" and torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name()
+    except Exception as exc:  # noqa: BLE001
+        info["torch"] = f"unavailable: {exc}"
+    try:
+        import importlib.metadata
+        info["triton"] = importlib.metadata.version("triton")
+    except Exception:  # noqa: BLE001
+        info["triton"] = None
+    from curate.isolation import confine
+    info["landlock_abi"] = confine.abi_version()
+    info["root"] = hasattr(os, "geteuid") and os.geteuid() == 0
+    return info
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when visible)")
+    ap.add_argument("--out", default=None, help="JSON to write (default benchmarks/results/"
+                                                "hostile_<device>.json)")
+    ap.add_argument("--candidates", default=None, help="table of honest candidates: report the "
+                                                       "false-positive rate on it")
+    ap.add_argument("--limit", type=int, default=None, help="first N rows of --candidates")
+    ap.add_argument("--skip-fixtures", action="store_true")
+    ap.add_argument("--cases", default=None, help="comma-separated case names")
+    ap.add_argument("--backends", default="triton,cuda")
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--timeout", type=float, default=300)
+    args = ap.parse_args(argv)
+    device = args.device
+    if device is None:
+        import torch
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    out_path = Path(args.out or ROOT / "benchmarks" / "results" / f"hostile_{device}.json")
+    report: dict = {"environment": environment(device), "started": time.strftime(
+        "%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    t0 = time.monotonic()
+    code = 0
+    if not args.skip_fixtures:
+        only = set(args.cases.split(",")) if args.cases else None
+        rows = fixture_rows(args.backends.split(","), only)
+        results = run_verify(rows, device, args.workers, args.timeout)
+        table, counts = fixture_table(rows, results)
+        report["fixtures"] = table
+        report["fixture_counts"] = counts
+        w = max(len(r["case"]) for r in table) + 2
+        print(f"{'case':<{w}} {'backend':<7} {'status':<21} {'verdict':<15} reasons")
+        for r in table:
+            print(f"{r['case']:<{w}} {r['backend']:<7} {r['status']:<21} {r['verdict']:<15} "
+                  f"{', '.join(r['reasons'][:6])}")
+        print("\n" + ", ".join(f"{k}={v}" for k, v in counts.items()))
+        if any(r["verdict"] in ("MISSED", "FALSE POSITIVE") for r in table):
+            code = 1
+    if args.candidates:
+        fp = candidate_fp(args.candidates, device, args.workers, args.timeout, args.limit)
+        report["candidates"] = fp
+        rate = fp["false_positive_rate"]
+        print(f"\nhonest candidates from {fp['table']}: {fp['rows']} rows, statuses "
+              f"{fp['statuses']}")
+        print(f"reproduced the reference: {fp['reproduced_reference']}, failed by a gate: "
+              f"{fp['flagged_deceptive']} -> false-positive rate "
+              f"{'n/a' if rate is None else f'{rate:.1%}'}")
+        print(f"static gates alone fail {fp['static_fail_rows']} rows: {fp['static_fail_reasons']}")
+        top = list(fp["reasons"].items())[:12]
+        print("reasons: " + ", ".join(f"{k}={v}" for k, v in top))
+    report["seconds"] = round(time.monotonic() - t0, 1)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(report, indent=2, default=str))
+    print(f"\nwrote {out_path}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
