@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from . import confine
 from .protocol import ProtocolError, recv, send
 
 # Environment variables a candidate must never see: anything named like a credential, and the
 # variables of services that hold one.
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION",
-                         re.IGNORECASE)
+SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|CREDS|AUTH|"
+                         r"COOKIE|SESSION|BEARER|PRIVATE|WEBHOOK|_DSN$", re.IGNORECASE)
 SECRET_PREFIXES = ("HF_", "HUGGING", "OPENAI", "ANTHROPIC", "AWS_", "AZURE_", "GOOGLE_", "GH_",
                    "GITHUB_", "WANDB_", "SSH_", "GIT_")
 CLONE_NEWNET = 0x40000000
@@ -38,6 +39,41 @@ def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def secret_values() -> list[str]:
+    """Credentials this process could leak to a worker that reads them from disk (token files)
+    or that the parent holds (environment): what `redact` removes from everything a worker
+    sends back, so that a candidate cannot publish them through an error message."""
+    vals = {v for k, v in os.environ.items()
+            if (SECRET_NAME.search(k) or k.upper().startswith(SECRET_PREFIXES)) and len(v) >= 8}
+    home = os.path.expanduser("~")
+    for f in (os.environ.get("HF_TOKEN_PATH"), os.path.join(home, ".cache/huggingface/token"),
+              os.path.join(home, ".huggingface/token")):
+        try:
+            if f and os.path.isfile(f):
+                tok = Path(f).read_text().strip()
+                if len(tok) >= 8:
+                    vals.add(tok)
+        except OSError:
+            pass
+    return sorted(vals, key=len, reverse=True)
+
+
+def redact(obj: Any, secrets: list[str]) -> Any:
+    """`obj` (str, or JSON-like containers of them) with every secret replaced."""
+    if not secrets:
+        return obj
+    if isinstance(obj, str):
+        for sec in secrets:
+            if sec in obj:
+                obj = obj.replace(sec, "[redacted]")
+        return obj
+    if isinstance(obj, list):
+        return [redact(v, secrets) for v in obj]
+    if isinstance(obj, dict):
+        return {k: redact(v, secrets) for k, v in obj.items()}
+    return obj
+
+
 @dataclass(frozen=True)
 class Limits:
     """Resource limits of a worker. Address-space limits break CUDA (it maps huge ranges), so
@@ -48,6 +84,11 @@ class Limits:
     open_files: int = 4096
     output_bytes: int = 8 * 1024 * 1024  # stdout+stderr per task before the worker is killed
     isolate_network: bool = True
+    # Landlock (curate/isolation/confine.py): writes only under the scratch dir, the cache dirs
+    # named in the environment, `writable` and /dev; no TCP; home directories unreadable.
+    confine: bool = False
+    writable: tuple[str, ...] = ()
+    hide_home: bool = True
 
 
 @dataclass
@@ -67,7 +108,7 @@ class TaskResult:
         return self.status == "ok"
 
 
-def _preexec(limits: Limits, notes_fd: int | None):
+def _preexec(limits: Limits, plan: "confine.Plan | None" = None):
     def run():
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         fs = int(limits.file_size_gb * 2**30)
@@ -82,6 +123,8 @@ def _preexec(limits: Limits, notes_fd: int | None):
         if limits.isolate_network and os.geteuid() == 0 and sys.platform.startswith("linux"):
             libc = ctypes.CDLL(None, use_errno=True)
             libc.unshare(CLONE_NEWNET)  # best effort: loopback-only, down; failure leaves it open
+        if plan is not None:
+            confine.apply(plan)  # best effort: a kernel without Landlock leaves writes open
     return run
 
 
@@ -111,10 +154,12 @@ class _Slot:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [pkg_root, env.get("PYTHONPATH")]))
         cmd = [sys.executable, "-m", "curate.isolation.worker", str(task_r), str(res_w),
                p.handler, p.setup or ""]
+        plan = confine.plan(str(self.scratch), env, tuple(p.limits.writable),
+                            hide_home=p.limits.hide_home) if p.limits.confine else None
         self.proc = subprocess.Popen(
             cmd, cwd=self.scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, pass_fds=(task_r, res_w), start_new_session=True,
-            preexec_fn=_preexec(p.limits, None), close_fds=True)
+            preexec_fn=_preexec(p.limits, plan), close_fds=True)
         os.close(task_r)
         os.close(res_w)
         self.task_w, self.res_r = task_w, res_r
@@ -218,6 +263,10 @@ class _Slot:
             res = TaskResult(status, seconds=secs, exit_code=code)
             self.kill()  # replaced on the next task
         res.output = self.output()[-8000:]
+        if self.pool.secrets:
+            res.output = redact(res.output, self.pool.secrets)
+            res.error = redact(res.error, self.pool.secrets)
+            res.value = redact(res.value, self.pool.secrets)
         self.tasks_done += 1
         if recycle or (self.pool.max_tasks_per_worker
                        and self.tasks_done >= self.pool.max_tasks_per_worker):
@@ -244,6 +293,7 @@ class WorkerPool:
         self.max_tasks_per_worker = max_tasks_per_worker
         self.slots = [_Slot(self, i) for i in range(self.workers)]
         self.replaced = 0
+        self.secrets = secret_values()
         self._free: queue.Queue = queue.Queue()
         for s in self.slots:
             self._free.put(s)
