@@ -2,7 +2,9 @@
 
 1. Every distinct program is tokenized and signed once (minhash.py), over CPU cores.
 2. Decontamination: a row whose reference (`pytorch_code`) is an exact or near duplicate of an
-   evaluation problem is dropped with `contaminated:<problem>` (the most similar problem).
+   evaluation problem is dropped with `contaminated:<problem>` (the most similar problem). The
+   comparison abstracts the program's own names (tokens.abstract_tokens) whatever `cfg` says:
+   a renamed copy of a problem is still a copy of it.
 3. Exact duplicates (equal token streams) and near duplicates (candidate pairs from LSH banding,
    checked by estimated Jaccard similarity, and by exact Jaccard similarity of the shingle sets
    where the estimate is within `exact_band` of the threshold) are joined by union-find.
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -117,9 +119,17 @@ def dedup(rows: list[dict], *, jaccard_threshold: float = 0.8, on: str = "both",
     stats["programs_signed"] = len(progs.uniq)
     stats["seconds_signing"] = round(time.monotonic() - t0, 3)
 
-    # 2. decontamination against the evaluation sets (on the reference program)
-    contaminated = _decontaminate(progs, py_u, evalsets, jaccard_threshold, cfg, b, r,
-                                  exact_band, stats)
+    # 2. decontamination against the evaluation sets (on the reference program, with the
+    #    program's own names abstracted so that renamed copies of a problem are caught)
+    contaminated: dict[int, str] = {}
+    if any(ev.found for ev in evalsets):
+        dcfg = replace(cfg, abstract=True)
+        dprogs = progs if cfg.abstract else _Programs(py_codes, dcfg, workers)
+        dpy_u = py_u if cfg.abstract else np.array(dprogs.where, np.int64)
+        contaminated = _decontaminate(dprogs, dpy_u, evalsets, jaccard_threshold, dcfg, b, r,
+                                      exact_band, stats)
+    else:
+        stats["evalset_problems"] = 0
     for i, label in contaminated.items():
         decisions[i] = Decision(keep=False, reasons=[f"contaminated:{label}"])
 

@@ -20,7 +20,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .tokens import abstract_token, tokens
+from .tokens import abstract_tokens, tokens
 
 _U32 = np.uint32
 
@@ -61,26 +61,31 @@ def fmix32(h: np.ndarray) -> np.ndarray:
 # --- tokens -> ids -> shingles ------------------------------------------------------------------
 
 _VOCAB_MAX = 2_000_000
-_vocab: dict[bool, dict[bytes, int]] = {False: {}, True: {}}
+_vocab: dict[bytes, int] = {}
 
 
 def _token_id(tok: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(tok, digest_size=8).digest(), "little")
 
 
-def token_ids(toks: list[bytes], abstract: bool = False) -> list[int]:
+def token_ids(toks: list[bytes]) -> list[int]:
     """Stable 64-bit ids of tokens (the same in every process and every run), cached."""
-    vocab = _vocab[abstract]
-    ids = list(map(vocab.get, toks))
+    ids = list(map(_vocab.get, toks))
     if None in ids:
-        if len(vocab) > _VOCAB_MAX:
-            vocab.clear()
+        if len(_vocab) > _VOCAB_MAX:
+            _vocab.clear()
         for i, t in enumerate(toks):
             if ids[i] is None:
-                v = _token_id(abstract_token(t) if abstract else t)
-                vocab[t] = v
-                ids[i] = v
+                ids[i] = _vocab[t] = _token_id(t)
     return ids
+
+
+def program_ids(code: str | None, cfg: "SketchConfig") -> list[int]:
+    """Token ids of one program under `cfg` (tokenizer, abstraction)."""
+    if not code:
+        return []
+    toks = tokens(code, cfg.tokenizer)
+    return token_ids(abstract_tokens(toks, code) if cfg.abstract else toks)
 
 
 # Odd 64-bit multipliers: a shingle's hash is sum(id[j] * C[j]) mod 2**64, top 32 bits.
@@ -115,10 +120,10 @@ def _shingle_hashes(ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
 
 
 def minhash_matrix(shingles: np.ndarray, counts: np.ndarray, num_perm: int,
-                   seed: int) -> np.ndarray:
+                   seed: int, perms: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Signatures (len(counts) x num_perm, uint32) of programs whose shingle hashes lie end to end
     in `shingles`; a program with no shingles gets the empty signature (all 0xFFFFFFFF)."""
-    a, b = permutations(num_perm, seed)
+    a, b = perms if perms is not None else permutations(num_perm, seed)
     out = np.full((len(counts), num_perm), np.iinfo(_U32).max, dtype=_U32)
     has = counts > 0
     if not has.any():
@@ -146,12 +151,13 @@ class Sketches:
     ntokens: np.ndarray     # tokens per program (0: empty program, no signature)
 
 
-def sketch(codes: Sequence[str | None], cfg: SketchConfig) -> Sketches:
-    """Signatures of `codes` in this process."""
+def sketch(codes: Sequence[str | None], cfg: SketchConfig,
+           perms: tuple[np.ndarray, np.ndarray] | None = None) -> Sketches:
+    """Signatures of `codes` in this process (`perms`: datasketch's permutations, when known)."""
     all_ids: list[int] = []
     lengths = np.zeros(len(codes), np.int64)
     for i, code in enumerate(codes):
-        ids = token_ids(tokens(code, cfg.tokenizer), cfg.abstract) if code else []
+        ids = program_ids(code, cfg)
         lengths[i] = len(ids)
         all_ids.extend(ids)
     ids_arr = np.array(all_ids, dtype=np.uint64)
@@ -162,12 +168,12 @@ def sketch(codes: Sequence[str | None], cfg: SketchConfig) -> Sketches:
     exact = [hashlib.blake2b(raw[8 * s:8 * (s + n)], digest_size=16).digest() if n else b""
              for s, n in zip(starts.tolist(), lengths.tolist())]
     sh, counts = _shingle_hashes(ids_arr, starts, lengths, cfg.shingle)
-    return Sketches(minhash_matrix(sh, counts, cfg.num_perm, cfg.seed), exact, lengths)
+    return Sketches(minhash_matrix(sh, counts, cfg.num_perm, cfg.seed, perms), exact, lengths)
 
 
 def shingle_set(code: str | None, cfg: SketchConfig) -> np.ndarray:
     """The sorted distinct shingle hashes of one program (for exact Jaccard similarity)."""
-    ids = token_ids(tokens(code, cfg.tokenizer), cfg.abstract) if code else []
+    ids = program_ids(code, cfg)
     arr = np.array(ids, dtype=np.uint64)
     sh, _ = _shingle_hashes(arr, np.zeros(1, np.int64), np.array([len(ids)]), cfg.shingle)
     return np.unique(sh)
@@ -184,8 +190,8 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
 # --- in parallel --------------------------------------------------------------------------------
 
 def _work(args) -> Sketches:
-    codes, cfg = args
-    return sketch(codes, cfg)
+    codes, cfg, perms = args
+    return sketch(codes, cfg, perms)
 
 
 def default_workers() -> int:
@@ -211,10 +217,15 @@ def sketch_parallel(codes: Sequence[str | None], cfg: SketchConfig, workers: int
 
 def _map_chunks(codes: Sequence[str | None], cfg: SketchConfig, workers: int,
                 chunk: int) -> list[Sketches]:
-    # spawn, not fork: the caller may hold threads (progress bars, sqlite), and the workers
-    # import only numpy and this package.
-    ctx = multiprocessing.get_context("spawn")
-    tasks = ((codes[i:i + chunk], cfg) for i in range(0, len(codes), chunk))
+    # Not fork: the caller may hold threads (progress bars, sqlite). The forkserver imports only
+    # numpy and this module, once; the permutations travel with the tasks, so that the workers
+    # never import datasketch (and the scipy it loads, ~1.3 s).
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    if "forkserver" in methods:
+        ctx.set_forkserver_preload([__name__])
+    perms = permutations(cfg.num_perm, cfg.seed)
+    tasks = ((codes[i:i + chunk], cfg, perms) for i in range(0, len(codes), chunk))
     with ctx.Pool(workers) as pool:
         return list(pool.imap(_work, tasks))
 

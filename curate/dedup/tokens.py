@@ -25,6 +25,7 @@ Two implementations produce the same tokens:
 
 from __future__ import annotations
 
+import builtins
 import keyword
 import re
 from functools import lru_cache
@@ -34,12 +35,16 @@ _CODE_STRING_LEN = 64  # longer (or multi-line) string literals are tokenized as
 _CODE_COMMENTS = re.compile(rb"//[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
-def split_words(text: bytes) -> list[bytes]:
-    """Whitespace-separated words with every ASCII punctuation character a word of its own."""
+def _spaced(text: bytes) -> bytes:
     for c, spaced in _PUNCT:
         if c in text:
             text = text.replace(c, spaced)
-    return text.split()
+    return text
+
+
+def split_words(text: bytes) -> list[bytes]:
+    """Whitespace-separated words with every ASCII punctuation character a word of its own."""
+    return _spaced(text).split()
 
 
 def _string_tokens(lit: bytes) -> list[bytes]:
@@ -158,8 +163,9 @@ def lex_tokens(code: str | bytes) -> list[bytes] | None:
     if not strings:
         return split_words(text.replace(b"\\\n", b" "))
     dropped = _docstrings(text, holes)
-    segments = text.replace(b"\\\n", b" ").split(_HOLE)
-    out = split_words(segments[0])
+    # One pass of replaces over the whole text: holes are no punctuation and survive it.
+    segments = _spaced(text.replace(b"\\\n", b" ")).split(_HOLE)
+    out = segments[0].split()
     for i, seg in enumerate(segments[1:]):
         if i not in dropped:
             lit = strings[i]
@@ -167,7 +173,7 @@ def lex_tokens(code: str | bytes) -> list[bytes] | None:
                 out.append(lit)
             else:
                 out.extend(_string_tokens(lit))
-        out.extend(split_words(seg))
+        out.extend(seg.split())
     return out
 
 
@@ -184,7 +190,10 @@ def _docstrings(text: bytes, holes: list[int]) -> set[int]:
         j = i
         if not before or before.endswith(b";"):
             end = h + 1
-            while j + 1 < n and not text[end:holes[j + 1]].replace(b"\\\n", b"").strip():
+            while j + 1 < n:
+                gap = text[end:holes[j + 1]].replace(b"\\\n", b"")
+                if gap.strip() or b"\n" in gap:
+                    break  # more than blanks (a newline ends the statement)
                 j += 1
                 end = holes[j] + 1
             eol = text.find(b"\n", end)
@@ -217,18 +226,48 @@ def tokens(code: str | bytes | None, method: str = "fast") -> list[bytes]:
 # --- abstraction --------------------------------------------------------------------------------
 
 _KEYWORDS = frozenset(k.encode() for k in keyword.kwlist)
+_BUILTINS = frozenset(n.encode() for n in dir(builtins))
 _QUOTES = frozenset(b"'\"")
 _DIGITS = frozenset(b"0123456789")
+_IMPORT = re.compile(rb"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+)?import[ \t]+(\([^)]*\)|[^\n#;]+)",
+                     re.MULTILINE)
+_SELF = b"self"
+_DOT = b"."
 
 
-def abstract_token(tok: bytes) -> bytes:
-    """Identifiers -> ID, numbers -> NUM, short string literals -> STR; keywords and punctuation
-    stay. Renamed copies and copies with changed constants then have equal token streams."""
-    first = tok[0]
-    if tok[-1] in _QUOTES and len(tok) > 1:
-        return b"STR"
-    if first in _DIGITS:
-        return b"NUM"
-    if first in _WORD or first > 127:
-        return tok if tok in _KEYWORDS else b"ID"
-    return tok
+def imported_names(code: str | bytes) -> set[bytes]:
+    """Names bound by the program's import statements (`torch`, `nn`, `F`, `tl`, ...)."""
+    names: set[bytes] = set()
+    for m in _IMPORT.finditer(_encode(code)):
+        for part in m.group(1).strip(b"()").split(b","):
+            words = part.split()
+            if words:
+                names.add(words[-1] if b"as" in words[:-1] else words[0].split(b".")[0])
+    return names
+
+
+def abstract_tokens(toks: list[bytes], code: str | bytes) -> list[bytes]:
+    """The program's own names -> ID, numbers -> NUM, short string literals -> STR.
+
+    What a renamed copy changes is abstracted: variables, parameters, functions, classes,
+    module constants and `self.` attributes. What says which computation it is stays: keywords,
+    builtins, imported modules and what is reached through them or through a value (`torch.relu`,
+    `F.gelu`, `x.view`), and punctuation. A renamed copy then has the same tokens, while
+    `torch.relu` and `torch.sigmoid` programs still differ."""
+    keep = _KEYWORDS | _BUILTINS | imported_names(code)
+    out: list[bytes] = []
+    prev = prev2 = b""
+    for t in toks:
+        first = t[0]
+        if t[-1] in _QUOTES and len(t) > 1:
+            a = b"STR"
+        elif first in _DIGITS:
+            a = b"NUM"
+        elif (first in _WORD or first > 127) and t not in keep and not (
+                prev == _DOT and prev2 != _SELF):
+            a = b"ID"
+        else:
+            a = t
+        out.append(a)
+        prev2, prev = prev, t
+    return out
