@@ -60,3 +60,23 @@ def handle(task):
         findings += dynamic.integrity_findings() + dynamic.candidate_violations()
     dynamic.restore_integrity()
     return {"findings": [list(f) for f in findings], "retire_worker": dynamic.tainted()}
+
+
+def probe(task):
+    """One sandbox probe: write, read or connect; reports what happened, never raises."""
+    import socket
+    kind = task["kind"]
+    try:
+        if kind == "write":
+            with open(task["path"], "w") as fh:
+                fh.write("x")
+        elif kind == "read":
+            with open(task["path"]) as fh:
+                return {"ok": True, "content": fh.read()}
+        elif kind == "connect":
+            socket.create_connection(("127.0.0.1", task["port"]), timeout=3).close()
+        elif kind == "kill_parent":
+            os.kill(os.getppid(), 0)
+        return {"ok": True}
+    except OSError as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}

@@ -306,6 +306,23 @@ def _dotted(node: ast.AST) -> str:
         return "?"
 
 
+def _code_text(tree: ast.Module) -> str:
+    """The program without comments and docstrings (CUDA/C++ sources in strings stay): what the
+    text gates read, so that a comment mentioning fp16 is not half precision."""
+    import copy
+    t = copy.deepcopy(tree)
+    for node in ast.walk(t):
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            kept = [b for b in body if not (isinstance(b, ast.Expr) and isinstance(
+                getattr(b, "value", None), ast.Constant) and isinstance(b.value.value, str))]
+            node.body = kept or [ast.Pass()]
+    try:
+        return ast.unparse(t)
+    except Exception:  # noqa: BLE001
+        return ""
+
+
 def _string_constants(tree: ast.AST) -> str:
     return "\n".join(n.value for n in ast.walk(tree)
                      if isinstance(n, ast.Constant) and isinstance(n.value, str))
@@ -369,7 +386,9 @@ def _harness_access(prog: _Program) -> list[str]:
                 root = _root_name(node.args[0])
                 if root in _PATCH_ROOTS or prog.module_aliases.get(root or "", "").split(".")[0] \
                         in _PATCH_ROOTS:
-                    add(_patch_reason(_dotted(node.args[0])))
+                    attr = node.args[1].value if len(node.args) > 1 and isinstance(
+                        node.args[1], ast.Constant) else "?"
+                    add(_patch_reason(f"{_dotted(node.args[0])}.{attr}"))
             if name == "getattr" and isinstance(fn, ast.Name) and len(node.args) >= 2 and \
                     not isinstance(node.args[1], ast.Constant) and \
                     _root_name(node.args[0]) in _PATCH_ROOTS:
@@ -437,6 +456,7 @@ def static_findings(kernel_code: str | None, pytorch_code: str | None = None
     except SyntaxError as exc:
         return [(f"syntax_error:line{exc.lineno}", FAIL)]
     prog = _Program(tree, kernel_code)
+    kernel_code = _code_text(tree) or kernel_code
     out: list[tuple[str, str]] = []
 
     def add(reason, sev):

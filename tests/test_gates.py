@@ -1,0 +1,310 @@
+"""Gates against deceptive kernels (curate/verify/gates) and the sandbox's confinement.
+
+Static gates are checked on every fixture (both backends); dynamic gates run hostile Triton
+fixtures under the Triton interpreter in a sandboxed worker; a few fixtures go through the whole
+`verify` harness; confinement tests need Landlock (Linux >= 5.13) and skip where it is missing.
+CUDA fixtures run on the GPU machine (benchmarks/hostile_table.py --device cuda).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+
+from curate.isolation import Limits, WorkerPool, confine
+from curate.verify.gates import dynamic
+from curate.verify.gates.static import failed, static_findings, warned
+
+ROOT = Path(__file__).resolve().parents[1]
+HOSTILE = ROOT / "tests" / "fixtures" / "hostile"
+SPEC = json.loads((HOSTILE / "cases.json").read_text())
+REFS = {k: (HOSTILE / v).read_text() for k, v in SPEC["references"].items()}
+CASES = {c["case"]: c for c in SPEC["cases"]}
+
+# what the static gates alone must say about each case (a prefix of a failing reason)
+STATIC = {
+    "pure_pytorch": "no_custom_kernel", "torch_forward": "kernel_not_called",
+    "try_fallback": "try_except_fallback", "patched_timer": "timer_patched:",
+    "patch_compare": "harness_access:patch:", "half_precision": "half_precision",
+    "gc_reference": "harness_access:gc", "gc_obfuscated": "harness_access:dynamic_code",
+    "frame_inspect": "harness_access:frames", "side_stream": "side_stream_unsynced",
+    "extension_torch": "extension_without_kernel",
+}
+
+
+def fixture(backend: str, case: str) -> tuple[str, str]:
+    return (HOSTILE / backend / f"{case}.py").read_text(), REFS[CASES[case]["ref"]]
+
+
+def all_fixtures():
+    for backend in ("triton", "cuda"):
+        for f in sorted((HOSTILE / backend).glob("*.py")):
+            yield backend, f.stem
+
+
+# -- static gates ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend,case", [(b, c) for b, c in all_fixtures() if c in STATIC])
+def test_static_gates_fail_each_statically_visible_case(backend, case):
+    code, ref = fixture(backend, case)
+    fails = failed(static_findings(code, ref))
+    assert any(r.startswith(STATIC[case]) for r in fails), fails
+
+
+@pytest.mark.parametrize("backend,case", [(b, c) for b, c in all_fixtures()
+                                          if c.startswith("honest")])
+def test_static_gates_pass_honest_fixtures(backend, case):
+    code, ref = fixture(backend, case)
+    assert failed(static_findings(code, ref)) == []
+
+
+INDUCTOR_LIKE = '''
+from ctypes import c_void_p, c_long, c_int
+import torch
+import os
+import tempfile
+from torch._inductor.async_compile import AsyncCompile
+from torch._inductor.select_algorithm import extern_kernels
+async_compile = AsyncCompile()
+cpp_fused_relu_0 = async_compile.cpp_pybinding(['const float*', 'float*'], r"""
+extern "C" void kernel(const float* in_ptr0, float* out_ptr0) { out_ptr0[0] = in_ptr0[0]; }
+""")
+async_compile.wait(globals())
+del async_compile
+
+
+class Runner:
+    def call(self, args):
+        arg0_1, = args
+        args.clear()
+        buf0 = torch.empty_like(arg0_1)
+        extern_kernels.mm(arg0_1, arg0_1, out=buf0)
+        buf1 = torch.empty_like(arg0_1)
+        cpp_fused_relu_0(buf0, buf1)
+        return (buf1, )
+
+
+runner = Runner()
+call = runner.call
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return call([x])[0]
+'''
+
+
+def test_inductor_shaped_cpp_program_passes_with_extern_kernels_as_a_warning():
+    found = static_findings(INDUCTOR_LIKE, "import torch\n")
+    assert failed(found) == []
+    assert "extern_kernels" in warned(found)
+
+
+@pytest.mark.parametrize("snippet,reason", [
+    ("from ctypes import CDLL\n", "harness_access:ctypes"),
+    ("import inspect\n", "harness_access:inspect"),
+    ("import builtins\n", "harness_access:builtins"),
+    ("import subprocess\n", "harness_access:process"),
+    ("import socket\n", "harness_access:network"),
+    ("import sys\nf = sys._getframe\n", "harness_access:frames"),
+    ("import time\nsetattr(time, 'perf_counter', lambda: 0.0)\n", "timer_patched:time"),
+    ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\n", "harness_access:patch:"),
+    ("x = eval('1')\n", "harness_access:dynamic_code"),
+    ("import torch\nf = torch.compile(lambda x: x)\n", "torch_compile_in_candidate"),
+])
+def test_static_gates_name_each_kind_of_harness_access(snippet, reason):
+    code = snippet + (HOSTILE / "triton" / "honest_swish_add.py").read_text()
+    assert any(r.startswith(reason) for r in failed(static_findings(code, REFS["swish"])))
+
+
+def test_static_gates_leave_harmless_idioms_alone():
+    honest = (HOSTILE / "triton" / "honest_swish_add.py").read_text()
+    code = ("import os\nos.environ['TORCH_CUDA_ARCH_LIST'] = '9.0'\n"
+            "try:\n    import numpy as np\nexcept ImportError:\n    np = None\n"
+            "# fp16 would be faster, but this program stays in float32\n") + honest
+    assert failed(static_findings(code, REFS["swish"])) == []
+    # half precision is the program's own when the reference is a half program
+    half = (HOSTILE / "triton" / "half_precision.py").read_text()
+    assert "half_precision" not in failed(static_findings(half, REFS["swish"].replace(
+        "torch.randn(64, 256)", "torch.randn(64, 256).half()")))
+
+
+def test_a_dead_kernel_beside_a_live_one_is_a_warning():
+    code = (HOSTILE / "triton" / "honest_swish_add.py").read_text() + '''
+
+@triton.jit
+def unused_kernel(x_ptr):
+    pass
+'''
+    found = static_findings(code, REFS["swish"])
+    assert failed(found) == [] and "kernel_unused:unused_kernel" in warned(found)
+
+
+# -- reference degeneracy ----------------------------------------------------------------------
+
+def test_degeneracy_names_constant_and_tiny_references():
+    x = [torch.randn(8, 8) for _ in range(3)]
+    const = [torch.ones(8, 8) for _ in x]
+    assert ("reference_ignores_inputs", "fail") in dynamic.degeneracy_findings(
+        const, 1e-3, 1e-3)
+    tiny = [t * 1e-7 for t in x]
+    assert ("reference_zero_passes_tolerance", "fail") in dynamic.degeneracy_findings(
+        tiny, 1e-3, 1e-3)
+    assert dynamic.degeneracy_findings(x, 1e-3, 1e-3) == []
+
+
+def test_parent_degeneracy_check_uses_the_verdicts_comparison():
+    from curate.verify.gates.checks import ReferenceDegeneracy
+    from curate.verify.hooks import CheckContext
+
+    def flags(outs):
+        ctx = CheckContext(role="parent", device="cpu", backend="triton", pytorch_code="",
+                           kernel_code="", ref_outputs=outs)
+        ReferenceDegeneracy().after_reference(ctx)
+        return {f.reason: f.status for f in ctx.flags}
+
+    assert flags([[torch.zeros(4, 4)], [torch.zeros(4, 4)]]) == {
+        "reference_ignores_inputs": "degenerate_reference",
+        "reference_zero_passes_tolerance": "degenerate_reference"}
+    assert flags([[torch.randn(4, 4)], [torch.randn(4, 4)]]) == {}
+
+
+# -- dynamic gates in a sandboxed worker (Triton interpreter) ------------------------------------
+
+DYNAMIC = {
+    "honest_swish_add": None, "honest_linear_relu": None, "honest_row_softmax": None,
+    "unused_launch": "kernel_output_unused", "memory_exploit": "kernel_output_unused",
+    "cache_by_pointer": "stale_output", "cache_first_call": "output_reuses_earlier_output",
+    "zero_inputs": "input_mutated", "output_alias": "output_aliases_input",
+    "patched_timer": "timer_patched:time.perf_counter",
+    "patch_compare": "harness_access:patch:torch.allclose",
+    "gc_obfuscated": "harness_access:gc", "frame_inspect": "harness_access:frames",
+    "escape_write": "sandbox_escape:write", "degenerate_constant": "reference_ignores_inputs",
+}
+
+
+@pytest.fixture(scope="module")
+def gate_results():
+    names = list(DYNAMIC)
+    tasks = [{"pytorch_code": REFS[CASES[n]["ref"]],
+              "kernel_code": (HOSTILE / "triton" / f"{n}.py").read_text()} for n in names]
+    env = {"TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    with WorkerPool("tests.gates_handlers:handle", setup="tests.gates_handlers:setup",
+                    workers=2, timeout=120, env=env) as pool:
+        return {names[i]: r for i, r in pool.map(tasks)}
+
+
+@pytest.mark.parametrize("case", list(DYNAMIC))
+def test_dynamic_gates(gate_results, case):
+    res = gate_results[case]
+    assert res.ok, res.error or res.output[-2000:]
+    found = {r for r, sev in res.value["findings"] if sev == "fail"}
+    if DYNAMIC[case] is None:
+        assert found == set(), found
+    else:
+        assert DYNAMIC[case] in found, found
+
+
+def test_ghost_run_poisons_what_a_kernel_wrote():
+    calls = []
+
+    def kernel(x, out):
+        calls.append(1)
+        out.copy_(x * 2)
+        return None
+
+    x, out = torch.ones(4), torch.zeros(4)
+    dynamic._ghost_call(kernel, (x, out), {})
+    assert calls and torch.isnan(out).all() and not torch.isnan(x).any()
+
+
+def test_alias_findings():
+    x = torch.randn(4, 4)
+    assert ("output_aliases_input", "fail") in dynamic.alias_findings(x[0], [x])
+    assert dynamic.alias_findings(x.clone(), [x]) == []
+    assert dynamic.alias_findings(x.view(-1), [x], ref_aliases_input=True) == []
+
+
+# -- the whole harness ---------------------------------------------------------------------------
+
+E2E = {"honest_swish_add": ("verified",), "unused_launch": ("deceptive",),
+       "cache_by_pointer": ("deceptive", "incorrect"), "torch_forward": ("deceptive",),
+       "degenerate_constant": ("degenerate_reference",)}
+
+
+@pytest.mark.slow
+def test_hostile_fixtures_through_verify(tmp_path):
+    from curate.schema import new_record
+    from curate.verify import Verifier
+    rows = [new_record(id=n, pytorch_code=REFS[CASES[n]["ref"]],
+                       kernel_code=(HOSTILE / "triton" / f"{n}.py").read_text(),
+                       backend="triton", source="file") for n in E2E]
+    with Verifier(device="cpu", workers=2, timeout=120, cache_dir=tmp_path / "cache") as v:
+        got = {rows[i]["id"]: r for i, r in v.verify(rows)}
+    for name, allowed in E2E.items():
+        assert got[name].status in allowed, (name, got[name].status, got[name].reasons,
+                                             got[name].error)
+    assert got["unused_launch"].reasons and "kernel_output_unused" in got["unused_launch"].reasons
+
+
+# -- confinement (Landlock) ----------------------------------------------------------------------
+
+needs_landlock = pytest.mark.skipif(not confine.supported(),
+                                    reason="needs Landlock (Linux >= 5.13 with it enabled)")
+
+
+@pytest.fixture
+def confined(tmp_path):
+    env = {"PYTHONPATH": str(ROOT)}
+    with WorkerPool("tests.gates_handlers:probe", workers=1, timeout=30, env=env,
+                    limits=Limits(confine=True), scratch_root=str(tmp_path)) as pool:
+        yield pool
+
+
+@needs_landlock
+def test_confined_worker_writes_only_in_its_scratch(confined, tmp_path):
+    outside = tmp_path.parent / f"curate-escape-{os.getpid()}.txt"
+    res = confined.run({"kind": "write", "path": str(outside)})
+    assert res.ok and res.value["ok"] is False and "Permission" in res.value["error"]
+    assert not outside.exists()
+    assert confined.run({"kind": "write", "path": "inside.txt"}).value["ok"] is True
+
+
+@needs_landlock
+def test_confined_worker_cannot_connect_or_signal_outside(confined):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    try:
+        res = confined.run({"kind": "connect", "port": srv.getsockname()[1]})
+        assert res.ok and res.value["ok"] is False
+    finally:
+        srv.close()
+    assert confined.run({"kind": "kill_parent"}).value["ok"] is False
+
+
+@needs_landlock
+def test_confined_worker_cannot_read_home_directories(confined):
+    home = Path(os.path.expanduser("~"))
+    canary = home / f".curate-canary-{os.getpid()}"
+    canary.write_text("secret")
+    try:
+        res = confined.run({"kind": "read", "path": str(canary)})
+        assert res.ok and res.value["ok"] is False
+    finally:
+        canary.unlink()
+
+
+def test_token_files_are_redacted_from_worker_replies(tmp_path, monkeypatch):
+    token = tmp_path / "token"
+    token.write_text("hf_canary_abcdefgh12345")
+    monkeypatch.setenv("HF_TOKEN_PATH", str(token))
+    with WorkerPool("tests.gates_handlers:probe", workers=1, timeout=30,
+                    env={"PYTHONPATH": str(ROOT)}) as pool:
+        res = pool.run({"kind": "read", "path": str(token)})
+    assert res.ok and res.value["content"] == "[redacted]"
