@@ -28,7 +28,7 @@ import numpy as np
 
 from .evalsets import EvalSet
 from .index import RedisIndex, candidate_pairs, cross_pairs, estimate, lsh_params
-from .minhash import SketchConfig, jaccard, shingle_set, sketch_parallel, unique_codes
+from .minhash import Signer, SketchConfig, jaccard, unique_codes
 
 log = logging.getLogger("curate")
 
@@ -80,20 +80,26 @@ def rank_key(row: dict, position: int) -> tuple:
 
 
 class _Programs:
-    """Signatures, exact keys and (lazily) shingle sets of the programs of a table."""
+    """Signatures, exact keys and (on demand) shingle sets of the programs of a table."""
 
-    def __init__(self, codes: list[str | None], cfg: SketchConfig, workers: int | None):
+    def __init__(self, codes: list[str | None], cfg: SketchConfig, signer: Signer):
         self.cfg = cfg
+        self.signer = signer
         self.uniq, self.where = unique_codes(codes)
-        sk = sketch_parallel(self.uniq, cfg, workers)
+        sk = signer.sketch(self.uniq, cfg)
         self.sigs, self.exact, self.ntokens = sk.sigs, sk.exact, sk.ntokens
         self._shingles: dict[int, np.ndarray] = {}
 
+    def load_shingles(self, us) -> None:
+        """Compute the shingle sets of these distinct programs (over the workers)."""
+        todo = sorted({int(u) for u in us} - self._shingles.keys())
+        for u, s in zip(todo, self.signer.shingle_sets([self.uniq[u] for u in todo], self.cfg)):
+            self._shingles[u] = s
+
     def shingles(self, u: int) -> np.ndarray:
-        s = self._shingles.get(u)
-        if s is None:
-            s = self._shingles[u] = shingle_set(self.uniq[u], self.cfg)
-        return s
+        if u not in self._shingles:
+            self.load_shingles([u])
+        return self._shingles[u]
 
 
 def dedup(rows: list[dict], *, jaccard_threshold: float = 0.8, on: str = "both",
@@ -103,6 +109,11 @@ def dedup(rows: list[dict], *, jaccard_threshold: float = 0.8, on: str = "both",
     """Decide keep/drop for every row (see the module docstring)."""
     if on not in ON:
         raise ValueError(f"on must be one of {ON}, got {on!r}")
+    with Signer(workers) as signer:
+        return _dedup(rows, jaccard_threshold, on, cfg, evalsets, index, signer, exact_band)
+
+
+def _dedup(rows, jaccard_threshold, on, cfg, evalsets, index, signer, exact_band):
     t0 = time.monotonic()
     n = len(rows)
     b, r = lsh_params(jaccard_threshold, cfg.num_perm)
@@ -113,7 +124,7 @@ def dedup(rows: list[dict], *, jaccard_threshold: float = 0.8, on: str = "both",
     # 1. sign every distinct program once
     py_codes = [row.get("pytorch_code") for row in rows]
     k_codes = [row.get("kernel_code") for row in rows] if on != "pytorch" else []
-    progs = _Programs(py_codes + k_codes, cfg, workers)
+    progs = _Programs(py_codes + k_codes, cfg, signer)
     py_u = np.array(progs.where[:n], np.int64)
     k_u = np.array(progs.where[n:], np.int64) if k_codes else None
     stats["programs_signed"] = len(progs.uniq)
@@ -124,7 +135,7 @@ def dedup(rows: list[dict], *, jaccard_threshold: float = 0.8, on: str = "both",
     contaminated: dict[int, str] = {}
     if any(ev.found for ev in evalsets):
         dcfg = replace(cfg, abstract=True)
-        dprogs = progs if cfg.abstract else _Programs(py_codes, dcfg, workers)
+        dprogs = progs if cfg.abstract else _Programs(py_codes, dcfg, signer)
         dpy_u = py_u if cfg.abstract else np.array(dprogs.where, np.int64)
         contaminated = _decontaminate(dprogs, dpy_u, evalsets, jaccard_threshold, dcfg, b, r,
                                       exact_band, stats)
@@ -168,6 +179,10 @@ def dedup(rows: list[dict], *, jaccard_threshold: float = 0.8, on: str = "both",
     for a, c in pairs[sure].tolist():
         uf.union(int(dist[a]), int(dist[c]))
     confirmed = 0
+    need = [int(dist[x]) for x in np.unique(pairs[unsure])] if len(unsure) else []
+    progs.load_shingles([py_u[i] for i in need] if on != "kernel" else [])
+    if on != "pytorch":
+        progs.load_shingles([k_u[i] for i in need if has_k[i]])
     for p in unsure.tolist():
         a, c = int(dist[pairs[p, 0]]), int(dist[pairs[p, 1]])
         if _exact_similarity(progs, a, c, on, py_u, k_u, has_k) >= jaccard_threshold:
@@ -239,7 +254,7 @@ def _decontaminate(progs: _Programs, py_u: np.ndarray, evalsets, threshold: floa
     stats["evalset_problems"] = len(labels)
     if not codes:
         return {}
-    ev = _Programs(codes, cfg, workers=1)
+    ev = _Programs(codes, cfg, Signer(1))
     ev_sigs = ev.sigs[ev.where]
     ev_exact = {}
     for j, u in enumerate(ev.where):

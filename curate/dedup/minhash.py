@@ -20,7 +20,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .tokens import abstract_tokens, tokens
+from .tokens import abstract_tokens, blob, tokens
 
 _U32 = np.uint32
 
@@ -59,33 +59,78 @@ def fmix32(h: np.ndarray) -> np.ndarray:
 
 
 # --- tokens -> ids -> shingles ------------------------------------------------------------------
+#
+# A token's id is a polynomial hash of its bytes (mod 2**64), finalized with splitmix64: stable
+# across processes and runs, and computed for the tokens of a thousand programs at once with
+# numpy from their whitespace-separated token "blobs" (tokens.blob), without a Python object
+# per token (a dict lookup per token alone costs more than the whole numpy pass).
 
-_VOCAB_MAX = 2_000_000
-_vocab: dict[bytes, int] = {}
-
-
-def _token_id(tok: bytes) -> int:
-    return int.from_bytes(hashlib.blake2b(tok, digest_size=8).digest(), "little")
-
-
-def token_ids(toks: list[bytes]) -> list[int]:
-    """Stable 64-bit ids of tokens (the same in every process and every run), cached."""
-    ids = list(map(_vocab.get, toks))
-    if None in ids:
-        if len(_vocab) > _VOCAB_MAX:
-            _vocab.clear()
-        for i, t in enumerate(toks):
-            if ids[i] is None:
-                ids[i] = _vocab[t] = _token_id(t)
-    return ids
+_P = 0xC6A4A7935BD1E995  # odd, so invertible mod 2**64
+_P_INV = pow(_P, -1, 2 ** 64)
+_WS = np.zeros(256, bool)
+_WS[list(b" \t\n\r\x0b\x0c")] = True
+_powers_cache: list[np.ndarray] = [np.ones(1, np.uint64), np.ones(1, np.uint64)]
 
 
-def program_ids(code: str | None, cfg: "SketchConfig") -> list[int]:
-    """Token ids of one program under `cfg` (tokenizer, abstraction)."""
+def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """P**t and P**-t mod 2**64 for t < n."""
+    if len(_powers_cache[0]) < n:
+        size = max(n, 2 * len(_powers_cache[0]))
+        for k, base in enumerate((_P, _P_INV)):
+            arr = np.full(size, base, np.uint64)
+            arr[0] = 1
+            np.cumprod(arr, out=arr)  # wraps mod 2**64
+            _powers_cache[k] = arr
+    return _powers_cache[0][:n], _powers_cache[1][:n]
+
+
+def _splitmix(h: np.ndarray) -> np.ndarray:
+    h = h ^ (h >> np.uint64(30))
+    h *= np.uint64(0xBF58476D1CE4E5B9)
+    h ^= h >> np.uint64(27)
+    h *= np.uint64(0x94D049BB133111EB)
+    return h ^ (h >> np.uint64(31))
+
+
+def blob_ids(blobs: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids (uint64) of several programs' token blobs, end to end, and the number of tokens
+    of each program."""
+    big = b"\n".join(blobs)
+    n = len(big)
+    if n == 0:
+        return np.empty(0, np.uint64), np.zeros(len(blobs), np.int64)
+    arr = np.frombuffer(big, np.uint8)
+    ws = _WS[arr]
+    word = ~ws
+    first = word.copy()
+    first[1:] &= ws[:-1]
+    last = word.copy()
+    last[:-1] &= ws[1:]
+    starts = np.flatnonzero(first)
+    ends = np.flatnonzero(last) + 1
+    pw, inv = _powers(n)
+    prefix = np.zeros(n + 1, np.uint64)
+    np.cumsum(arr * pw, out=prefix[1:])  # arr * pw is uint64; sums wrap mod 2**64
+    h = (prefix[ends] - prefix[starts]) * inv[starts]
+    h += (ends - starts).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    bounds = np.zeros(len(blobs) + 1, np.int64)
+    np.cumsum([len(b) + 1 for b in blobs], out=bounds[1:])
+    counts = np.diff(np.searchsorted(starts, bounds))
+    return _splitmix(h), counts
+
+
+def program_blob(code: str | None, cfg: "SketchConfig") -> bytes:
+    """One program's tokens under `cfg` (tokenizer, abstraction) as a blob."""
     if not code:
-        return []
-    toks = tokens(code, cfg.tokenizer)
-    return token_ids(abstract_tokens(toks, code) if cfg.abstract else toks)
+        return b""
+    if cfg.abstract:
+        return b" ".join(abstract_tokens(tokens(code, cfg.tokenizer), code))
+    return blob(code, cfg.tokenizer)
+
+
+def token_ids(toks: list[bytes]) -> np.ndarray:
+    """Stable 64-bit ids of tokens (the same in every process and every run)."""
+    return blob_ids([b" ".join(toks)])[0]
 
 
 # Odd 64-bit multipliers: a shingle's hash is sum(id[j] * C[j]) mod 2**64, top 32 bits.
@@ -152,30 +197,35 @@ class Sketches:
 
 
 def sketch(codes: Sequence[str | None], cfg: SketchConfig,
-           perms: tuple[np.ndarray, np.ndarray] | None = None) -> Sketches:
-    """Signatures of `codes` in this process (`perms`: datasketch's permutations, when known)."""
-    all_ids: list[int] = []
-    lengths = np.zeros(len(codes), np.int64)
-    for i, code in enumerate(codes):
-        ids = program_ids(code, cfg)
-        lengths[i] = len(ids)
-        all_ids.extend(ids)
-    ids_arr = np.array(all_ids, dtype=np.uint64)
+           perms: tuple[np.ndarray, np.ndarray] | None = None, chunk: int = 1000) -> Sketches:
+    """Signatures of `codes` in this process (`perms`: datasketch's permutations, when known),
+    `chunk` programs at a time so that the numpy temporaries stay small."""
+    parts = [_sketch(codes[i:i + chunk], cfg, perms) for i in range(0, len(codes), chunk)]
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        return Sketches(np.empty((0, cfg.num_perm), _U32), [], np.zeros(0, np.int64))
+    return Sketches(np.concatenate([p.sigs for p in parts]), [e for p in parts for e in p.exact],
+                    np.concatenate([p.ntokens for p in parts]))
+
+
+def _sketch(codes: Sequence[str | None], cfg: SketchConfig,
+            perms: tuple[np.ndarray, np.ndarray] | None) -> Sketches:
+    ids, lengths = blob_ids([program_blob(c, cfg) for c in codes])
     starts = np.zeros(len(codes), np.int64)
     if len(codes) > 1:
         np.cumsum(lengths[:-1], out=starts[1:])
-    raw = ids_arr.view(np.uint8)
+    raw = ids.view(np.uint8)
     exact = [hashlib.blake2b(raw[8 * s:8 * (s + n)], digest_size=16).digest() if n else b""
              for s, n in zip(starts.tolist(), lengths.tolist())]
-    sh, counts = _shingle_hashes(ids_arr, starts, lengths, cfg.shingle)
+    sh, counts = _shingle_hashes(ids, starts, lengths, cfg.shingle)
     return Sketches(minhash_matrix(sh, counts, cfg.num_perm, cfg.seed, perms), exact, lengths)
 
 
 def shingle_set(code: str | None, cfg: SketchConfig) -> np.ndarray:
     """The sorted distinct shingle hashes of one program (for exact Jaccard similarity)."""
-    ids = program_ids(code, cfg)
-    arr = np.array(ids, dtype=np.uint64)
-    sh, _ = _shingle_hashes(arr, np.zeros(1, np.int64), np.array([len(ids)]), cfg.shingle)
+    ids, counts = blob_ids([program_blob(code, cfg)])
+    sh, _ = _shingle_hashes(ids, np.zeros(1, np.int64), counts, cfg.shingle)
     return np.unique(sh)
 
 
@@ -189,9 +239,14 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
 
 # --- in parallel --------------------------------------------------------------------------------
 
-def _work(args) -> Sketches:
+def _sketch_task(args) -> Sketches:
     codes, cfg, perms = args
     return sketch(codes, cfg, perms)
+
+
+def _shingles_task(args) -> list[np.ndarray]:
+    codes, cfg = args
+    return [shingle_set(c, cfg) for c in codes]
 
 
 def default_workers() -> int:
@@ -201,38 +256,71 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+class Signer:
+    """Signatures and shingle sets over `workers` processes, `chunk` programs a task, so that
+    memory stays at a few chunks in flight. The pool starts on first need and serves every
+    phase of a run; small inputs stay in this process (starting workers costs ~0.3 s).
+
+    Not fork: the caller may hold threads (progress bars, sqlite). The forkserver imports only
+    numpy and this module, once; datasketch's permutations travel with the tasks, so that the
+    workers never import datasketch (and the scipy it loads, ~1.3 s)."""
+
+    def __init__(self, workers: int | None = None, *, chunk: int = 1000,
+                 min_parallel: int = 4000):
+        self.workers = workers or default_workers()
+        self.chunk = chunk
+        self.min_parallel = min_parallel
+        self._pool = None
+
+    def __enter__(self) -> "Signer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool.join()
+            self._pool = None
+
+    def _parallel(self, n: int) -> bool:
+        return self.workers > 1 and n >= self.min_parallel
+
+    def pool(self):
+        if self._pool is None:
+            methods = multiprocessing.get_all_start_methods()
+            ctx = multiprocessing.get_context(
+                "forkserver" if "forkserver" in methods else "spawn")
+            if "forkserver" in methods:
+                ctx.set_forkserver_preload([__name__])
+            self._pool = ctx.Pool(self.workers)
+        return self._pool
+
+    def sketch(self, codes: Sequence[str | None], cfg: SketchConfig) -> Sketches:
+        perms = permutations(cfg.num_perm, cfg.seed)
+        if not self._parallel(len(codes)):
+            return sketch(codes, cfg, perms)
+        tasks = ((codes[i:i + self.chunk], cfg, perms)
+                 for i in range(0, len(codes), self.chunk))
+        parts = list(self.pool().imap(_sketch_task, tasks))
+        return Sketches(np.concatenate([p.sigs for p in parts]),
+                        [e for p in parts for e in p.exact],
+                        np.concatenate([p.ntokens for p in parts]))
+
+    def shingle_sets(self, codes: Sequence[str | None], cfg: SketchConfig) -> list[np.ndarray]:
+        if not self._parallel(len(codes) * 4):
+            return [shingle_set(c, cfg) for c in codes]
+        size = max(50, min(self.chunk, len(codes) // (4 * self.workers) + 1))
+        tasks = ((codes[i:i + size], cfg) for i in range(0, len(codes), size))
+        return [s for part in self.pool().imap(_shingles_task, tasks) for s in part]
+
+
 def sketch_parallel(codes: Sequence[str | None], cfg: SketchConfig, workers: int | None = None,
                     chunk: int = 1000, min_parallel: int = 4000) -> Sketches:
-    """Signatures of `codes` over `workers` processes, `chunk` programs a task: memory stays at a
-    few chunks in flight. Small inputs stay in this process (starting workers costs ~0.3 s)."""
-    workers = workers or default_workers()
-    if workers <= 1 or len(codes) < min_parallel:
-        return sketch(codes, cfg)
-    parts = _map_chunks(codes, cfg, workers, chunk)
-    return Sketches(np.concatenate([p.sigs for p in parts]) if parts else
-                    np.empty((0, cfg.num_perm), _U32),
-                    [e for p in parts for e in p.exact],
-                    np.concatenate([p.ntokens for p in parts]) if parts else np.zeros(0, np.int64))
-
-
-def _map_chunks(codes: Sequence[str | None], cfg: SketchConfig, workers: int,
-                chunk: int) -> list[Sketches]:
-    # Not fork: the caller may hold threads (progress bars, sqlite). The forkserver imports only
-    # numpy and this module, once; the permutations travel with the tasks, so that the workers
-    # never import datasketch (and the scipy it loads, ~1.3 s).
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    if "forkserver" in methods:
-        ctx.set_forkserver_preload([__name__])
-    perms = permutations(cfg.num_perm, cfg.seed)
-    tasks = ((codes[i:i + chunk], cfg, perms) for i in range(0, len(codes), chunk))
-    with ctx.Pool(workers) as pool:
-        return list(pool.imap(_work, tasks))
-
-
-def iter_chunks(items: Sequence, size: int) -> Iterator[Sequence]:
-    for i in range(0, len(items), size):
-        yield items[i:i + size]
+    """Signatures of `codes` over `workers` processes (see Signer)."""
+    with Signer(workers, chunk=chunk, min_parallel=min_parallel) as signer:
+        return signer.sketch(codes, cfg)
 
 
 def unique_codes(codes: Iterable[str | None]) -> tuple[list[str | None], list[int]]:

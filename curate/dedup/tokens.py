@@ -47,9 +47,14 @@ def split_words(text: bytes) -> list[bytes]:
     return _spaced(text).split()
 
 
+# Whitespace inside a string-literal token is escaped, so that no token holds whitespace and
+# b" ".join(tokens).split() == tokens: the token stream can travel as one bytes "blob".
+_ESCAPE_WS = bytes.maketrans(b" \t\n\r\x0b\x0c", b"\x01\x02\x03\x04\x05\x06")
+
+
 def _string_tokens(lit: bytes) -> list[bytes]:
     if len(lit) <= _CODE_STRING_LEN and b"\n" not in lit:
-        return [lit]
+        return [lit.translate(_ESCAPE_WS)]
     code = _CODE_COMMENTS.sub(b" ", lit).replace(b'"', b" ").replace(b"'", b" ")
     return split_words(code)
 
@@ -130,6 +135,13 @@ _HASH, _BACKSLASH, _NL = ord("#"), ord("\\"), ord("\n")
 
 def lex_tokens(code: str | bytes) -> list[bytes] | None:
     """Tokens of `code` without parsing, equal to `ts_tokens`; None where it cannot be sure."""
+    blob = lex_blob(code)
+    return None if blob is None else blob.split()
+
+
+def lex_blob(code: str | bytes) -> bytes | None:
+    """The tokens of `code`, separated by whitespace, as one bytes object (no list of tokens is
+    built: minhash.py hashes the tokens of many programs at once with numpy)."""
     src = _encode(code)
     if _HOLE in src:
         return None
@@ -161,20 +173,20 @@ def lex_tokens(code: str | bytes) -> list[bytes] | None:
     if b"'" in text or b'"' in text:
         return None  # an unterminated string
     if not strings:
-        return split_words(text.replace(b"\\\n", b" "))
+        return _spaced(text.replace(b"\\\n", b" "))
     dropped = _docstrings(text, holes)
     # One pass of replaces over the whole text: holes are no punctuation and survive it.
     segments = _spaced(text.replace(b"\\\n", b" ")).split(_HOLE)
-    out = segments[0].split()
+    out = [segments[0]]
     for i, seg in enumerate(segments[1:]):
         if i not in dropped:
             lit = strings[i]
             if len(lit) <= _CODE_STRING_LEN and b"\n" not in lit:
-                out.append(lit)
+                out.append(b" " + lit.translate(_ESCAPE_WS) + b" ")
             else:
-                out.extend(_string_tokens(lit))
-        out.extend(seg.split())
-    return out
+                out.append(b" " + b" ".join(_string_tokens(lit)) + b" ")
+        out.append(seg)
+    return b"".join(out)
 
 
 def _docstrings(text: bytes, holes: list[int]) -> set[int]:
@@ -207,6 +219,19 @@ def _docstrings(text: bytes, holes: list[int]) -> set[int]:
                     dropped.update(range(i, j + 1))
         i = j + 1
     return dropped
+
+
+def blob(code: str | bytes | None, method: str = "fast") -> bytes:
+    """`tokens(code, method)` as one whitespace-separated bytes object."""
+    if not code:
+        return b""
+    if method == "fast":
+        b = lex_blob(code)
+        if b is not None:
+            return b
+    elif method != "tree-sitter":
+        raise ValueError(f"unknown tokenizer {method!r}: use 'fast' or 'tree-sitter'")
+    return b" ".join(ts_tokens(code))
 
 
 def tokens(code: str | bytes | None, method: str = "fast") -> list[bytes]:
