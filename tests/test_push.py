@@ -199,6 +199,7 @@ def test_dry_run_changes_nothing_and_needs_no_token(hub, build, monkeypatch):
     assert "dry run: nothing was uploaded" in res.output
     assert ("dataset", "org/new") not in hub.state.repos
     assert not (build / "README.md").exists()  # the dry run renders nothing either
+    assert "README.md is missing or out of date" in res.output
     monkeypatch.setenv("HF_TOKEN", WRITE)
     assert _push(build, "org/new").exit_code == 0
     res = _push(build, "org/new", "--dry-run")
@@ -241,6 +242,9 @@ def test_network_failure_retries_then_says_so(hub, build, monkeypatch):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")  # nothing listens there
+    dry = _push(build, "org/cuke", "--retries", "0", "--dry-run")  # lists local files anyway
+    assert dry.exit_code == 0 and "note: remote not checked" in dry.output
+    assert "upload" in dry.output and "stats.json" in dry.output
     res = _push(build, "org/cuke", "--retries", "2")
     assert isinstance(res.exception, PushFailed)
     msg = str(res.exception)

@@ -96,6 +96,18 @@ class Facts:
     def device(self) -> str:
         return str(self.stats.get("device") or self.pipeline.get("device") or "unknown")
 
+    @property
+    def verified(self) -> int:
+        return sum(1 for v in self.rows.get("status") or [] if v == "verified")
+
+    @property
+    def has_verify(self) -> bool:
+        return self.step_settings("verify") is not None
+
+    @property
+    def backends(self) -> list[tuple[str, int]]:
+        return [(b, n) for b, n in self.counter("backend") if b != "(none)"]
+
     def counter(self, column: str, rows: dict | None = None) -> list[tuple[str, int]]:
         values = (rows if rows is not None else self.rows).get(column) or []
         c = Counter("(none)" if v is None else str(v) for v in values)
@@ -418,8 +430,10 @@ def gather(build_dir: str | Path, *, repo_id: str | None = None,
     stats = _read_json(build / "stats.json")
     pipeline_text = (build / "pipeline.yaml").read_text() if (build / "pipeline.yaml").is_file() else ""
     pipeline = yaml.safe_load(pipeline_text) or {} if pipeline_text else {}
-    configs = [c for c in (_config(build, "default", "data"), _config(build, "infill", "infill"))
-               if c is not None]
+    infill = _config(build, "infill", "infill")
+    if infill is not None and infill.rows == 0:  # split-infill found no core: no config to load
+        infill = None
+    configs = [c for c in (_config(build, "default", "data"), infill) if c is not None]
     rejected = build / "rejected.parquet"
     rejected_total = stats.get("rejected")
     if rejected_total is None:

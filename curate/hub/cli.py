@@ -36,7 +36,13 @@ def push(build_dir, repo_id, private, revision, create_pr, dry_run, message, ret
       curate push build --repo org/cuke --dry-run
       curate push --repo org/cuke --revision v2 --create-pr
     """
+    import logging
+
     from .push import describe, push as do_push
+
+    for name in ("httpx", "httpx2"):  # one line per HTTP request is noise here; -v keeps it
+        if not logging.getLogger().isEnabledFor(logging.DEBUG):
+            logging.getLogger(name).setLevel(logging.WARNING)
 
     res = do_push(build_dir, repo_id, private=private, revision=revision, create_pr=create_pr,
                   dry_run=dry_run, message=message, retries=retries, backoff=backoff,

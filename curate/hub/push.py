@@ -49,7 +49,7 @@ class Plan:
     remote_checked: bool
     remote_exists: bool
     parent_commit: str | None = None
-    note: str = ""
+    notes: list[str] = field(default_factory=list)
 
     def of(self, action: str) -> list[FileOp]:
         return [o for o in self.ops if o.action == action]
@@ -76,9 +76,11 @@ def publish_files(build_dir: str | Path) -> dict[str, Path]:
     build = Path(build_dir)
     files: dict[str, Path] = {}
     for folder in ("data", "infill"):
-        for paths in list_shards(build / folder).values():
-            for p in paths:
-                files[f"{folder}/{p.name}"] = p
+        shards = [p for paths in list_shards(build / folder).values() for p in paths]
+        if folder == "infill" and not _rows(shards):
+            continue  # no infill rows: no infill config (the card says so too)
+        for p in shards:
+            files[f"{folder}/{p.name}"] = p
     if (build / "README.md").is_file():
         files["README.md"] = build / "README.md"
     assets = build / "assets"
@@ -90,6 +92,11 @@ def publish_files(build_dir: str | Path) -> dict[str, Path]:
                                          any(k.startswith("infill/") for k in files)):
             files[name] = build / name
     return files
+
+
+def _rows(paths: list[Path]) -> int:
+    import pyarrow.parquet as pq
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
 
 
 def git_blob_oid(path: Path) -> str:
@@ -257,8 +264,9 @@ def plan_push(api, repo_id: str, build_dir: str | Path, *, revision: str = "main
 
 
 def _local_plan(repo_id: str, build_dir: Path, revision: str, note: str) -> Plan:
-    ops = [FileOp(k, p, p.stat().st_size, "upload") for k, p in sorted(publish_files(build_dir).items())]
-    return Plan(repo_id, revision, ops, remote_checked=False, remote_exists=False, note=note)
+    ops = [FileOp(k, p, p.stat().st_size, "upload")
+           for k, p in sorted(publish_files(build_dir).items())]
+    return Plan(repo_id, revision, ops, remote_checked=False, remote_exists=False, notes=[note])
 
 
 def check_repo_id(repo_id: str) -> None:
@@ -288,11 +296,9 @@ def push(build_dir: str | Path = "build", repo_id: str = "", *, private: bool = 
                            "`hf auth login`; `curate push --dry-run` needs none")
     rendered = False
     from ..card.render import is_current, render_card
-    if not is_current(build, repo_id):
-        if dry_run:
-            say("card: README.md is missing or out of date; `curate push` would render it "
-                f"(run `curate card {build} --repo {repo_id}` to review it first)")
-        else:
+    stale_card = not is_current(build, repo_id)
+    if stale_card:
+        if not dry_run:
             c = render_card(build, repo_id=repo_id)
             rendered = True
             say(f"card: rendered {c.path} for {repo_id} (kept hand-written sections: "
@@ -308,8 +314,12 @@ def push(build_dir: str | Path = "build", repo_id: str = "", *, private: bool = 
             plan = call(lambda: plan_push(api, repo_id, build, revision=rev, token=tok or False),
                         "reading the remote")
         except Exception as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             plan = _local_plan(repo_id, build, rev, f"remote not checked ({classify(exc)}: "
-                                                    f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")
+                                                    f"{first})")
+        if stale_card:
+            plan.notes.append(f"README.md is missing or out of date: a real push renders it first "
+                              f"(review it with `curate card {build} --repo {repo_id}`)")
         return PushResult(plan, card_rendered=False)
 
     try:
@@ -351,12 +361,11 @@ def push(build_dir: str | Path = "build", repo_id: str = "", *, private: bool = 
 
 
 def _message(build: Path) -> str:
+    import pyarrow.parquet as pq
     counts = []
     for folder, what in (("data", "pairs"), ("infill", "infill rows")):
-        n = 0
-        for paths in list_shards(build / folder).values():
-            import pyarrow.parquet as pq
-            n += sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
+        n = sum(pq.ParquetFile(p).metadata.num_rows
+                for paths in list_shards(build / folder).values() for p in paths)
         if n:
             counts.append(f"{n} {what}")
     return "curate push: " + ", ".join(counts)
@@ -364,10 +373,8 @@ def _message(build: Path) -> str:
 
 def describe(plan: Plan) -> list[str]:
     """The lines `--dry-run` prints: one per file, then a total."""
-    lines = []
-    if plan.note:
-        lines.append(f"note: {plan.note}")
-    elif not plan.remote_exists:
+    lines = [f"note: {n}" for n in plan.notes]
+    if plan.remote_checked and not plan.remote_exists:
         lines.append(f"{plan.repo_id} does not exist yet: it would be created")
     for o in plan.ops:
         lines.append(f"  {o.action:<7} {_size(o.size):>9}  {o.path_in_repo}")
