@@ -165,7 +165,10 @@ class Verifier:
                "MAX_JOBS": "2"}
         if self.device == "cpu":
             env.update({"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""})
-        limits = Limits(memory_gb=self.memory_gb, output_bytes=self.output_bytes)
+        # Landlock where the kernel has it: writes only to the worker's scratch, this run's
+        # job directories and the compile cache; no TCP; home directories unreadable
+        limits = Limits(memory_gb=self.memory_gb, output_bytes=self.output_bytes, confine=True,
+                        writable=(str(self.tmp), str(self.cache_dir)))
         scratch = str(self.tmp / "scratch")
         os.makedirs(scratch, exist_ok=True)
 
@@ -279,14 +282,15 @@ class Verifier:
             res.status = "unsupported"
             res.reason(f"backend:{backend or 'unknown'}")
             return res
-        if backend == "cuda" and self.device == "cpu":
-            res.status = "unsupported"
-            res.reason("cuda_needs_gpu")
-            return res
+        # static gates first: a candidate they fail is deceptive on any device
         ctx = CheckContext(role="parent", device=self.device, backend=backend,
                            pytorch_code=ref_code, kernel_code=code, row=row)
         run_hook(self._parent_checks or [], "before_run", ctx)
         if self._fatal(ctx, res):
+            return res
+        if backend == "cuda" and self.device == "cpu":
+            res.status = "unsupported"
+            res.reason("cuda_needs_gpu")
             return res
 
         row = {**row, "backend": backend}
@@ -335,6 +339,9 @@ class Verifier:
             self._remember_env(value.get("env"))
             if value.get("status") != "ok":
                 self._worker_status(value, res)
+                for f in value.get("flags") or []:  # deception outranks the error it caused
+                    ctx.flag(f.get("reason", "flag"), bool(f.get("fatal")), f.get("status"))
+                self._fatal(ctx, res)
                 return res
             cand_outputs = self._load_outputs(cand_dir, "cand")
             if cand_outputs is None:
