@@ -78,7 +78,9 @@ class DynamicGates:
         dynamic.install()
         dynamic.begin_row()
         dynamic.STATE.phase = "candidate"
-        self.ctx = ctx
+        # flag at once: a refused write or socket raises inside the candidate, and the harness
+        # then answers with the error and the flags gathered so far
+        dynamic.STATE.on_violation = lambda reason: _flag(ctx, reason, True)
         self.checked = False
 
     def after_import(self, ctx) -> None:
@@ -104,6 +106,7 @@ class DynamicGates:
             _flag(ctx, reason, severity == FAIL)
         dynamic.restore_integrity()
         dynamic.STATE.phase = "idle"
+        dynamic.STATE.on_violation = None
 
     # -- helpers -------------------------------------------------------------------------------
     def _flag_violations(self, ctx) -> None:

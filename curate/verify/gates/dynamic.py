@@ -54,6 +54,7 @@ class _State:
     raw: dict = field(default_factory=dict)        # class __dict__ entries (classmethods)
     tainted: bool = False
     last_launches: list = field(default_factory=list)
+    on_violation: Any = None      # called with each reason as it is recorded
     writable: tuple = ()
 
 
@@ -369,6 +370,11 @@ def _audit(event: str, args) -> None:
         if reason:
             STATE.violations.append((STATE.phase, reason))
             STATE.tainted = STATE.tainted or STATE.phase == "candidate"
+            if STATE.phase == "candidate" and STATE.on_violation is not None:
+                try:
+                    STATE.on_violation(reason)
+                except Exception:  # noqa: BLE001
+                    pass
             if event in _GC_EVENTS or event in ("sys._getframe", "sys._current_frames") or \
                     event.startswith(_NET_PREFIX) or event in _PROC_EVENTS or event == "open":
                 raise PermissionError(f"curate: {event} is not allowed in a candidate")
