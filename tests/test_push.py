@@ -44,9 +44,19 @@ def hub(monkeypatch, tmp_path):
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    """One synthetic build with its card rendered for org/cuke (rendering takes seconds)."""
+    from curate.card import render_card
+    b = make_build(tmp_path_factory.mktemp("template"))
+    render_card(b, repo_id="org/cuke")
+    return b
+
+
 @pytest.fixture
-def build(tmp_path):
-    return make_build(tmp_path / "b")
+def build(tmp_path, template):
+    import shutil
+    return Path(shutil.copytree(template, tmp_path / "b" / "build"))  # copy2 keeps mtimes
 
 
 def _push(build, repo="org/cuke", *args):
@@ -192,13 +202,14 @@ def test_upload_cut_off_once_is_retried(hub, build, tmp_path):
 
 def test_dry_run_changes_nothing_and_needs_no_token(hub, build, monkeypatch):
     monkeypatch.delenv("HF_TOKEN")
+    (build / "README.md").unlink()
     res = _push(build, "org/new", "--dry-run")
     assert res.exit_code == 0, res.output
     assert "org/new does not exist yet" in res.output
     assert "upload" in res.output and "data/train-00000-of-00001.parquet" in res.output
     assert "dry run: nothing was uploaded" in res.output
     assert ("dataset", "org/new") not in hub.state.repos
-    assert not (build / "README.md").exists()  # the dry run renders nothing either
+    assert not (build / "README.md").exists()  # the dry run renders nothing
     assert "README.md is missing or out of date" in res.output
     monkeypatch.setenv("HF_TOKEN", WRITE)
     assert _push(build, "org/new").exit_code == 0
@@ -293,3 +304,35 @@ def test_bad_repo_id_and_empty_build(hub, tmp_path, build):
 def test_push_help_has_an_example():
     res = CliRunner().invoke(push_cmd, ["--help"])
     assert res.exit_code == 0 and "Example:" in res.output and "--repo org/cuke" in res.output
+
+
+def test_build_split_infill_push_end_to_end(hub, tmp_path, monkeypatch):
+    """`curate build && curate split-infill && curate push` with the real commands.
+
+    The source is a table of already verified pairs (the GPU part of a build is not run here),
+    kept by the real `keep` step at --threshold 2.0."""
+    from curate.cli import main
+    from test_card import _pairs
+    from curate.tableio import write_rows
+    monkeypatch.chdir(tmp_path)
+    rows = _pairs(24)
+    rows[0]["speedup_ci_low"] = 1.5  # below the threshold: dropped by keep
+    rows[1]["status"] = "incorrect"
+    write_rows(tmp_path / "pairs.parquet", rows)
+    (tmp_path / "p.yaml").write_text(
+        "name: verified-table\ndevice: cuda\nthreshold: 2.0\n"
+        "source:\n  ingest: {paths: [pairs.parquet], format: table}\nsteps:\n  - keep: {}\n")
+    cli = CliRunner()
+    r = cli.invoke(main, ["build", "--pipeline", "p.yaml", "--threshold", "2.0", "--quiet"])
+    assert r.exit_code == 0, r.output
+    r = cli.invoke(main, ["split-infill"])
+    assert r.exit_code == 0, r.output
+    r = cli.invoke(main, ["push", "--repo", "org/cuke", "--backoff", "0.01"])
+    assert r.exit_code == 0, r.output
+    build = tmp_path / "build"
+    assert _files(hub) == _local(build)
+    body = (build / "README.md").read_text()
+    assert "**22 pairs**" in body and "| keep | `below_threshold:2` | 1 |" in body
+    loaded = _load_in_subprocess(hub, tmp_path, "org/cuke", [None, "infill"])
+    assert loaded["default"] == _ids(build / "data") and len(loaded["default"]["train"]) == 22
+    assert loaded["infill"] == _ids(build / "infill") and loaded["infill"]["train"]
