@@ -58,6 +58,33 @@ def secret_values() -> list[str]:
     return sorted(vals, key=len, reverse=True)
 
 
+def hide_from_proc(values: list[str]) -> bool:
+    """Overwrite `values` in this process's initial environment block, which other processes of
+    the same user read as /proc/<pid>/environ (a worker can read its parent's: on kernels where
+    Landlock does not scope ptrace-style access, root candidates can). `os.environ` is a copy
+    and keeps them. Best effort: False where /proc/self/mem is not writable."""
+    if not values or not sys.platform.startswith("linux"):
+        return False
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        fields = stat[stat.rindex(")") + 2:].split()
+        start, end = int(fields[47]), int(fields[48])  # env_start, env_end
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            block = mem.read(end - start)
+            new = block
+            for v in values:
+                b = v.encode()
+                new = new.replace(b, b"*" * len(b)) if b else new
+            if new == block:
+                return False
+            mem.seek(start)
+            mem.write(new)
+        return True
+    except (OSError, ValueError, IndexError):
+        return False
+
+
 def redact(obj: Any, secrets: list[str]) -> Any:
     """`obj` (str, or JSON-like containers of them) with every secret replaced."""
     if not secrets:
@@ -294,6 +321,7 @@ class WorkerPool:
         self.slots = [_Slot(self, i) for i in range(self.workers)]
         self.replaced = 0
         self.secrets = secret_values()
+        hide_from_proc(self.secrets)
         self._free: queue.Queue = queue.Queue()
         for s in self.slots:
             self._free.put(s)

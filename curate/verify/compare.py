@@ -16,8 +16,8 @@ import torch
 TOLERANCES: dict[torch.dtype, tuple[float, float, float]] = {
     torch.float64: (1e-6, 1e-6, 1e-7),
     torch.float32: (1e-3, 1e-3, 1e-4),
-    torch.float16: (1e-2, 1e-2, 1e-3),
-    torch.bfloat16: (2e-2, 2e-2, 5e-3),
+    torch.float16: (1e-2, 1e-2, 5e-3),
+    torch.bfloat16: (2e-2, 2e-2, 1e-2),
 }
 DEFAULT_TOL = (1e-3, 1e-3, 1e-4)
 
@@ -123,7 +123,9 @@ def _compare_one(k: int, r, x) -> Comparison:
             c.max_rel_err = float("inf")
         return c
     atol, rtol, norm_bound = tolerance(r.dtype)
-    r64, x64 = r.to(torch.float64), x.to(torch.float64)
+    # errors in at least fp32 (fp64 only for fp64 outputs: big outputs compare fast)
+    work = torch.promote_types(r.dtype, torch.float32)
+    r64, x64 = r.to(work), x.to(work)
     r_finite = torch.isfinite(r64)
     x_finite = torch.isfinite(x64)
     bad_new = (~x_finite) & r_finite

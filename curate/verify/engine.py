@@ -119,7 +119,7 @@ class Verifier:
                  min_timed: int = 20, max_timed: int = 1000,
                  reference_workers: int | None = None, compile_workers: int | None = None,
                  cache_dir: str | os.PathLike | None = None, memory_gb: float | None = None,
-                 compile_ahead: bool = True, output_bytes: int = 8 * 2**20):
+                 compile_ahead: bool = True, output_bytes: int = 8 * 2**20, gates: bool = True):
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be cpu or cuda, not {device!r}")
         cpus = os.cpu_count() or 2
@@ -139,6 +139,7 @@ class Verifier:
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
         self.memory_gb = memory_gb if memory_gb is not None else (8.0 if device == "cpu" else None)
         self.output_bytes = output_bytes
+        self.gates = gates  # False: the bare harness, without curate.verify.gates' checks
         self.compile_timeout = max(self.timeout, 300.0)
         self.pools: dict[str, WorkerPool] = {}
         self.tmp: Path | None = None
@@ -151,7 +152,7 @@ class Verifier:
     # -- lifecycle -------------------------------------------------------------------------
     def config(self) -> dict:
         return {"device": self.device, "trials": self.trials, "seed": self.seed,
-                "time_budget": self.time_budget, "min_timed": self.min_timed}
+                "time_budget": self.time_budget, "min_timed": self.min_timed, "gates": self.gates}
 
     def start(self) -> None:
         if self.pools:
@@ -178,7 +179,7 @@ class Verifier:
         self.pools = {"reference": pool(self.ref_workers), "candidate": pool(self.workers)}
         if self.compile_ahead:
             self.pools["compile"] = pool(self.compile_workers)
-        self._parent_checks = load_checks("parent")
+        self._parent_checks = load_checks("parent") if self.gates else []
 
     def close(self) -> None:
         for p in self.pools.values():
@@ -246,7 +247,7 @@ class Verifier:
              "pytorch_code": row.get("pytorch_code"), "kernel_code": row.get("kernel_code"),
              "seed_init": _seed(self.seed, key, "init"),
              "seeds": [_seed(self.seed, key, "trial", i) for i in range(self.trials)],
-             "inplace_last": True, "tag": key[:8],
+             "inplace_last": True, "tag": key[:8], "gates": self.gates,
              "extensions_dir": str(self.cache_dir / "ext" / code_hash)}
         if out_dir is not None:
             t["out_dir"] = str(out_dir)
@@ -296,8 +297,11 @@ class Verifier:
         row = {**row, "backend": backend}
         compile_future = None
         if "compile" in self.pools and not (self.device == "cpu" and backend == "triton"):
-            compile_future = cex.submit(self.pools["compile"].call, self._task(row, "compile"),
-                                        self.compile_timeout)
+            warm = self.device == "cuda" and backend == "triton"
+            compile_future = cex.submit(
+                self.pools["compile"].call,
+                self._task(row, "compile", warm=warm, lock_dir=str(self.tmp / "lock")),
+                self.compile_timeout)
 
         # 1. reference outputs, in a worker that never sees candidate code
         job = self.tmp / secrets.token_hex(8)

@@ -331,16 +331,45 @@ def run_reference(task: dict) -> dict:
 
 
 def run_compile(task: dict) -> dict:
+    """Import the candidate (building its extensions into the shared, content-addressed cache);
+    with `warm`, also run one forward so that Triton kernels, which compile at their first
+    launch, land in the Triton cache. Only build failures decide the row here; any other
+    failure is left for the candidate worker to reproduce and report."""
     t0 = time.monotonic()
+    tag = task.get("tag", "x")
     try:
-        load_module(task["kernel_code"], "cand", task.get("tag", "x"))
+        cand = load_module(task["kernel_code"], "cand", tag)
     except BaseException as exc:  # noqa: BLE001
         if isinstance(exc, KeyboardInterrupt):
             raise
         info = classify_exception(exc, "import")
         info["_recycle"] = True
         return info
-    return _finish({"status": "compiled", "seconds": time.monotonic() - t0})
+    result = {"status": "compiled", "seconds": 0.0}
+    if task.get("warm") and hasattr(cand, "ModelNew"):
+        device = task["device"]
+        try:
+            ref = load_module(task["pytorch_code"], "ref", tag)
+            model = build_model(cand.ModelNew, init_args(ref, task["seed_init"], device),
+                                task["seed_init"], device)
+            inputs = make_inputs(ref, task["seeds"][0], device)
+            with DeviceLock(task.get("lock_dir")).shared(), torch.no_grad():
+                model(*inputs)
+                _sync(device)
+            result["warmed"] = True
+        except BaseException as exc:  # noqa: BLE001
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            info = classify_exception(exc, "call")
+            if info["status"] == "compile_error":
+                return info
+            result["warm_error"] = info["error"][:300]
+            result["_recycle"] = info["_recycle"]
+        finally:
+            if device == "cuda":
+                torch.cuda.empty_cache()
+    result["seconds"] = time.monotonic() - t0
+    return _finish(result)
 
 
 def run_candidate(task: dict) -> dict:
@@ -348,7 +377,7 @@ def run_candidate(task: dict) -> dict:
     device, backend = task["device"], task.get("backend")
     if _checks is None:
         _checks = load_checks("worker")
-    checks = _checks
+    checks = _checks if task.get("gates", True) else []
     lock = DeviceLock(task.get("lock_dir"))
     ctx = CheckContext(role="candidate", device=device, backend=backend,
                        pytorch_code=task["pytorch_code"], kernel_code=task["kernel_code"],
@@ -473,7 +502,8 @@ def _time_pair(task: dict, ctx: CheckContext, ref_model, new_model, ref_mod, loc
     device = task["device"]
     inputs = make_inputs(ref_mod, task["seeds"][-1], device)
     ref_in, cand_in = _clone(inputs), _clone(inputs)
-    run_hook(_checks or [], "before_timing", ctx)
+    checks = (_checks or []) if task.get("gates", True) else []
+    run_hook(checks, "before_timing", ctx)
     with lock.exclusive(), torch.no_grad():
         if device == "cuda":
             if _flush is None:
@@ -487,6 +517,6 @@ def _time_pair(task: dict, ctx: CheckContext, ref_model, new_model, ref_mod, loc
                               budget_s=task.get("time_budget", 1.0),
                               min_trials=task.get("min_trials", 20),
                               max_trials=task.get("max_trials", 1000))
-    run_hook(_checks or [], "after_timing", ctx, timing)
+    run_hook(checks, "after_timing", ctx, timing)
     return {"ref_ms": timing.ref_ms, "cand_ms": timing.cand_ms, "wall_s": timing.wall_s,
             "clock": timing.clock}

@@ -1,0 +1,332 @@
+"""Throughput of `curate verify` against a naive serial harness, on one machine.
+
+    PYTHONPATH=. python benchmarks/verify_throughput.py --kernelbench ../shared/data/kernelbench \
+        --out benchmarks/results/verify_throughput.json
+
+1. takes a fixed, seeded sample of N problems from KernelBench levels 1 and 2;
+2. synthesizes torch.compile candidates with `curate synth inductor` (the synth-inductor step);
+3. verifies them (run 1), then verifies them again with fresh workers (run 2, warm caches);
+4. runs a naive serial harness on S of them: a fresh process per pair that imports torch,
+   builds inputs on the CPU, torch.compiles the model, checks it against eager and times both,
+   as the common eval scripts do;
+5. prints pairs per hour for both, their ratio, the share of verify's wall time the GPU spent in
+   timed trials, and the agreement of the two runs' speedups (median relative difference).
+
+The JSON holds the hardware, versions, per-pair results and every figure printed.
+`--pairs TABLE` skips synthesis and verifies an existing table of pairs instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+# -- sampling and synthesis ----------------------------------------------------------------------
+def sample_problems(root: Path, n: int, seed: int, levels: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for lvl in levels:
+        files += sorted((root / f"level{lvl}").glob("*.py"))
+    if not files:  # a plain folder of problems (e.g. examples/)
+        files = sorted(p for p in root.glob("*.py") if not p.name.startswith("_"))
+    rng = random.Random(seed)
+    return sorted(rng.sample(files, min(n, len(files))))
+
+
+def problem_rows(files: list[Path], root: Path) -> list[dict]:
+    from curate.record import content_hash
+    from curate.schema import new_record
+    rows = []
+    for f in files:
+        code = f.read_text()
+        rows.append(new_record(id=content_hash(code), pytorch_code=code, source="kernelbench",
+                               path=f.relative_to(root).as_posix(), entry_point="Model"))
+    return rows
+
+
+def synthesize(rows: list[dict], device: str) -> tuple[list[dict], dict]:
+    """Candidates from the synth-inductor step; what it dropped is counted by reason."""
+    from curate.pipeline import config, registry
+    cls = registry.load("synth-inductor", registry.STEPS)
+    step = config.instantiate(cls, {}, {"device": device}, "synth-inductor")
+    t0 = time.monotonic()
+    kept, dropped = [], Counter()
+    step.setup()
+    try:
+        out = step.process(rows)
+        pairs = enumerate(out) if isinstance(out, list) else out
+        for _, outcome in pairs:
+            kept += [r for r in outcome.kept if r.get("kernel_code")]
+            if outcome.dropped is not None:
+                dropped.update(outcome.reasons or ["unspecified"])
+    finally:
+        step.teardown()
+    return kept, {"seconds": time.monotonic() - t0, "candidates": len(kept),
+                  "dropped": dict(dropped)}
+
+
+# -- verify --------------------------------------------------------------------------------------
+def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
+               cache_dir: str | None) -> dict:
+    from curate.verify import Verifier
+    t0 = time.monotonic()
+    results = {}
+    with Verifier(device=device, workers=workers, seed=seed, cache_dir=cache_dir) as v:
+        t_ready = time.monotonic()
+        for i, r in v.verify(pairs):
+            results[pairs[i]["id"]] = r
+        stats = {"workers": v.workers, "reference_workers": v.ref_workers,
+                 "compile_workers": v.compile_workers, "replaced": v.replaced}
+    wall = time.monotonic() - t0
+    timed = sum(r.timed_wall_s for r in results.values())
+    return {
+        "wall_s": wall, "startup_s": t_ready - t0, "timed_wall_s": timed,
+        "gpu_busy_share": timed / wall if wall else None,
+        "pairs_per_hour": len(pairs) / wall * 3600 if wall else None,
+        "statuses": dict(Counter(r.status for r in results.values())),
+        "reasons": dict(Counter(x for r in results.values() for x in r.reasons)),
+        "pool": stats,
+        "rows": {k: {"status": r.status, "speedup": r.speedup, "ci": [r.speedup_ci_low,
+                                                                      r.speedup_ci_high],
+                     "ref_ms": r.ref_ms, "kernel_ms": r.kernel_ms, "trials": r.timed_trials,
+                     "seconds": round(r.seconds, 2), "reasons": r.reasons,
+                     "error": (r.error or "")[:300] or None}
+                 for k, r in results.items()},
+    }
+
+
+def agreement(run1: dict, run2: dict) -> dict:
+    """Median over pairs timed in both runs of |s1 - s2| / s1."""
+    diffs = []
+    for k, a in run1["rows"].items():
+        b = run2["rows"].get(k)
+        if b and a["speedup"] and b["speedup"]:
+            diffs.append(abs(a["speedup"] - b["speedup"]) / a["speedup"])
+    status_same = sum(1 for k, a in run1["rows"].items()
+                      if run2["rows"].get(k, {}).get("status") == a["status"])
+    return {"pairs_timed_in_both": len(diffs),
+            "median_rel_diff": statistics.median(diffs) if diffs else None,
+            "p90_rel_diff": sorted(diffs)[int(0.9 * (len(diffs) - 1))] if diffs else None,
+            "same_status": status_same, "pairs": len(run1["rows"])}
+
+
+# -- the naive serial harness ---------------------------------------------------------------------
+SERIAL_TIMED = 100
+
+
+def serial_one(spec_path: str) -> None:
+    """One pair the way common eval scripts do it: fresh process, CPU inputs, compile, check, time."""
+    t0 = time.perf_counter()
+    spec = json.loads(Path(spec_path).read_text())
+    phases = {}
+    import importlib.util
+
+    import torch
+    phases["import_s"] = time.perf_counter() - t0
+    dev = spec["device"]
+    path = Path(tempfile.mkdtemp()) / "problem.py"
+    path.write_text(spec["pytorch_code"])
+    s = importlib.util.spec_from_file_location("problem", path)
+    mod = importlib.util.module_from_spec(s)
+    s.loader.exec_module(mod)
+    t = time.perf_counter()
+    torch.manual_seed(0)
+    init = mod.get_init_inputs()
+    model = mod.Model(*init).to(dev)
+    inputs = [[x.to(dev) if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
+              for _ in range(3)]
+    phases["inputs_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    compiled = torch.compile(model)
+    with torch.no_grad():
+        compiled(*inputs[0])
+    phases["compile_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    ok = True
+    with torch.no_grad():
+        for inp in inputs:
+            ok &= bool(torch.allclose(model(*inp), compiled(*inp), atol=1e-2, rtol=1e-2))
+    phases["check_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+
+    def bench(fn, inp):
+        times = []
+        for _ in range(SERIAL_TIMED):
+            if dev == "cuda":
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                torch.cuda.synchronize()
+                a.record()
+                fn(*inp)
+                b.record()
+                torch.cuda.synchronize()
+                times.append(a.elapsed_time(b))
+            else:
+                c0 = time.perf_counter()
+                fn(*inp)
+                times.append((time.perf_counter() - c0) * 1e3)
+        return statistics.median(times)
+
+    with torch.no_grad():
+        for _ in range(3):
+            model(*inputs[0])
+            compiled(*inputs[0])
+        ref_ms, new_ms = bench(model, inputs[0]), bench(compiled, inputs[0])
+    phases["time_s"] = time.perf_counter() - t
+    print(json.dumps({"ok": ok, "ref_ms": ref_ms, "kernel_ms": new_ms,
+                      "speedup": ref_ms / new_ms if new_ms else None, "phases": phases}))
+
+
+def run_serial(rows: list[dict], device: str, budget_s: float) -> dict:
+    out, t0 = [], time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix="curate-serial-"))
+    for i, row in enumerate(rows):
+        if time.monotonic() - t0 > budget_s:
+            break
+        spec = tmp / f"{i}.json"
+        spec.write_text(json.dumps({"pytorch_code": row["pytorch_code"], "device": device}))
+        ts = time.monotonic()
+        try:
+            p = subprocess.run([sys.executable, __file__, "--serial-one", str(spec)],
+                               capture_output=True, text=True, timeout=600)
+            line = (p.stdout.strip().splitlines() or ["{}"])[-1]
+            res = json.loads(line) if line.startswith("{") else {"error": p.stderr[-300:]}
+        except subprocess.TimeoutExpired:
+            res = {"error": "timeout"}
+        res["seconds"] = time.monotonic() - ts
+        res["id"] = row.get("id")
+        out.append(res)
+    wall = time.monotonic() - t0
+    secs = [r["seconds"] for r in out]
+    return {"pairs": len(out), "wall_s": wall,
+            "seconds_per_pair": statistics.mean(secs) if secs else None,
+            "pairs_per_hour": len(out) / wall * 3600 if wall and out else None,
+            "rows": out}
+
+
+# -- main ------------------------------------------------------------------------------------------
+def hardware(device: str) -> dict:
+    import torch
+    info = {"python": platform.python_version(), "torch": torch.__version__,
+            "cuda": torch.version.cuda, "cpu": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count()}
+    try:
+        import importlib.metadata
+        info["triton"] = importlib.metadata.version("triton")
+    except Exception:
+        info["triton"] = None
+    if device == "cuda" and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+    return info
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--kernelbench", type=Path, help="KernelBench folder (level1/, level2/ ...)")
+    ap.add_argument("--pairs", type=Path, help="verify this table of pairs instead of synthesizing")
+    ap.add_argument("--out", type=Path, default=REPO / "benchmarks/results/verify_throughput.json")
+    ap.add_argument("--n", type=int, default=60)
+    ap.add_argument("--serial", type=int, default=15)
+    ap.add_argument("--serial-budget", type=float, default=300.0,
+                    help="stop the serial harness after this many seconds (rates stay exact)")
+    ap.add_argument("--levels", default="1,2")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda if visible)")
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--cache-dir", default=None,
+                    help="compile cache (default: a fresh one, so run 1 compiles from cold)")
+    ap.add_argument("--serial-one", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.serial_one:
+        serial_one(args.serial_one)
+        return 0
+    from curate.pipeline.config import detect_device
+    device = args.device or detect_device()
+    cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="curate-bench-cache-")
+    t_all = time.monotonic()
+    report: dict = {"device": device, "hardware": hardware(device), "seed": args.seed,
+                    "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if args.pairs:
+        from curate.tableio import read_rows
+        pairs = [r for r in read_rows(args.pairs) if r.get("kernel_code")][: args.n]
+        problems = pairs
+        report["synth"] = None
+    else:
+        if not args.kernelbench:
+            ap.error("--kernelbench DIR or --pairs TABLE is required")
+        files = sample_problems(args.kernelbench, args.n, args.seed,
+                                [x for x in args.levels.split(",") if x])
+        problems = problem_rows(files, args.kernelbench)
+        report["problems"] = [r["path"] for r in problems]
+        pairs, report["synth"] = synthesize(problems, device)
+        print(f"synth: {len(pairs)} candidates from {len(problems)} problems in "
+              f"{report['synth']['seconds']:.1f}s")
+    run1 = run_verify(pairs, device, args.workers, args.seed, cache_dir)
+    print(f"verify run 1: {len(pairs)} pairs in {run1['wall_s']:.1f}s {run1['statuses']}")
+    run2 = run_verify(pairs, device, args.workers, args.seed, cache_dir)
+    print(f"verify run 2: {len(pairs)} pairs in {run2['wall_s']:.1f}s {run2['statuses']}")
+    by_id = {p["id"]: p for p in problems}
+    serial_rows = [by_id.get(p.get("ref_id")) or p for p in pairs][: args.serial]
+    serial = run_serial(serial_rows, device, args.serial_budget)
+    print(f"serial harness: {serial['pairs']} pairs in {serial['wall_s']:.1f}s")
+
+    synth_s = (report["synth"] or {}).get("seconds", 0.0)
+    pipeline_pph = len(pairs) / (synth_s + run1["wall_s"]) * 3600 if pairs else None
+    agree = agreement(run1, run2)
+    report.update({
+        "pairs": len(pairs), "run1": run1, "run2": run2, "serial": serial, "agreement": agree,
+        "figures": {
+            "synth_plus_verify_pairs_per_hour": pipeline_pph,
+            "verify_pairs_per_hour_run1": run1["pairs_per_hour"],
+            "verify_pairs_per_hour_run2": run2["pairs_per_hour"],
+            "serial_pairs_per_hour": serial["pairs_per_hour"],
+            "ratio_vs_serial": (pipeline_pph / serial["pairs_per_hour"]
+                                if pipeline_pph and serial["pairs_per_hour"] else None),
+            "gpu_busy_share_run1": run1["gpu_busy_share"],
+            "gpu_busy_share_run2": run2["gpu_busy_share"],
+            "speedup_median_rel_diff": agree["median_rel_diff"],
+        },
+        "total_s": time.monotonic() - t_all,
+    })
+    print_table(report)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1, default=str))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def print_table(report: dict) -> None:
+    f = report["figures"]
+
+    def fmt(v, spec=".1f"):
+        return "-" if v is None else format(v, spec)
+    hw = report["hardware"]
+    print(f"\n{hw.get('gpu') or hw.get('cpu')} | torch {hw['torch']} | triton {hw['triton']} | "
+          f"{report['pairs']} pairs")
+    rows = [("synth + verify (run 1), pairs/hour", fmt(f["synth_plus_verify_pairs_per_hour"])),
+            ("verify run 1, pairs/hour", fmt(f["verify_pairs_per_hour_run1"])),
+            ("verify run 2 (warm caches), pairs/hour", fmt(f["verify_pairs_per_hour_run2"])),
+            ("naive serial harness, pairs/hour", fmt(f["serial_pairs_per_hour"])),
+            ("ratio (synth+verify / serial)", fmt(f["ratio_vs_serial"], ".2f")),
+            ("GPU busy share in timed trials, run 1", fmt(f["gpu_busy_share_run1"], ".3f")),
+            ("GPU busy share in timed trials, run 2", fmt(f["gpu_busy_share_run2"], ".3f")),
+            ("speedup agreement: median |s1-s2|/s1", fmt(f["speedup_median_rel_diff"], ".4f"))]
+    w = max(len(a) for a, _ in rows)
+    for a, b in rows:
+        print(f"  {a:<{w}}  {b:>10}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
