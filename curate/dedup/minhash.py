@@ -20,7 +20,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .tokens import abstract_tokens, blob, tokens
+from .tokens import PUNCTUATION, abstract_tokens, blob, tokens
 
 _U32 = np.uint32
 
@@ -69,6 +69,8 @@ _P = 0xC6A4A7935BD1E995  # odd, so invertible mod 2**64
 _P_INV = pow(_P, -1, 2 ** 64)
 _WS = np.zeros(256, bool)
 _WS[list(b" \t\n\r\x0b\x0c")] = True
+_PUNCT = np.zeros(256, bool)
+_PUNCT[list(PUNCTUATION)] = True
 _powers_cache: list[np.ndarray] = [np.ones(1, np.uint64), np.ones(1, np.uint64)]
 
 
@@ -94,18 +96,20 @@ def _splitmix(h: np.ndarray) -> np.ndarray:
 
 def blob_ids(blobs: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
     """Token ids (uint64) of several programs' token blobs, end to end, and the number of tokens
-    of each program."""
+    of each program. Tokens are cut as tokens.split_words cuts them."""
     big = b"\n".join(blobs)
     n = len(big)
     if n == 0:
         return np.empty(0, np.uint64), np.zeros(len(blobs), np.int64)
     arr = np.frombuffer(big, np.uint8)
-    ws = _WS[arr]
-    word = ~ws
-    first = word.copy()
-    first[1:] &= ws[:-1]
+    punct = _PUNCT[arr]
+    word = ~(_WS[arr] | punct)
+    first = word.copy()  # a token starts at a word byte after a non-word byte, or at punctuation
+    first[1:] &= ~word[:-1]
+    first |= punct
     last = word.copy()
-    last[:-1] &= ws[1:]
+    last[:-1] &= ~word[1:]
+    last |= punct
     starts = np.flatnonzero(first)
     ends = np.flatnonzero(last) + 1
     pw, inv = _powers(n)

@@ -30,7 +30,10 @@ import keyword
 import re
 from functools import lru_cache
 
-_PUNCT = [(bytes([c]), b" " + bytes([c]) + b" ") for c in b"!$%&()*+,-./:;<=>?@[\\]^`{|}~"]
+import string as _string
+
+PUNCTUATION = bytes(c for c in _string.punctuation.encode() if c != ord("_"))
+_PUNCT = [(bytes([c]), b" " + bytes([c]) + b" ") for c in PUNCTUATION]
 _CODE_STRING_LEN = 64  # longer (or multi-line) string literals are tokenized as code
 _CODE_COMMENTS = re.compile(rb"//[^\n]*|/\*.*?\*/", re.DOTALL)
 
@@ -43,20 +46,34 @@ def _spaced(text: bytes) -> bytes:
 
 
 def split_words(text: bytes) -> list[bytes]:
-    """Whitespace-separated words with every ASCII punctuation character a word of its own."""
+    """Words: runs of bytes that are neither ASCII whitespace nor ASCII punctuation, and every
+    ASCII punctuation character on its own. (minhash.blob_ids splits the same way, in numpy.)"""
     return _spaced(text).split()
 
 
-# Whitespace inside a string-literal token is escaped, so that no token holds whitespace and
-# b" ".join(tokens).split() == tokens: the token stream can travel as one bytes "blob".
-_ESCAPE_WS = bytes.maketrans(b" \t\n\r\x0b\x0c", b"\x01\x02\x03\x04\x05\x06")
+# A short string literal is one token: its whitespace and punctuation bytes are mapped to bytes
+# that are neither (0x80 + ...), so that splitting words never cuts it.
+_ESCAPE_FROM = b" \t\n\r\x0b\x0c" + PUNCTUATION
+_ESCAPE_TO = bytes(range(0xC0, 0xC0 + len(_ESCAPE_FROM)))
+_ESCAPE = bytes.maketrans(_ESCAPE_FROM, _ESCAPE_TO)
+_UNESCAPE = bytes.maketrans(_ESCAPE_TO, _ESCAPE_FROM)
+_ESCAPED_QUOTES = frozenset(b"'\"".translate(_ESCAPE))
+
+
+def readable(tok: bytes) -> str:
+    """A token as text (string literals unescaped), for people and tests."""
+    return tok.translate(_UNESCAPE).decode("utf-8", "replace")
+
+
+def _code_text(lit: bytes) -> bytes:
+    """The code inside a long string literal, quotes and C comments dropped."""
+    return _CODE_COMMENTS.sub(b" ", lit).replace(b'"', b" ").replace(b"'", b" ")
 
 
 def _string_tokens(lit: bytes) -> list[bytes]:
     if len(lit) <= _CODE_STRING_LEN and b"\n" not in lit:
-        return [lit.translate(_ESCAPE_WS)]
-    code = _CODE_COMMENTS.sub(b" ", lit).replace(b'"', b" ").replace(b"'", b" ")
-    return split_words(code)
+        return [lit.translate(_ESCAPE)]
+    return split_words(_code_text(lit))
 
 
 # --- the tree-sitter definition ---------------------------------------------------------------
@@ -136,12 +153,12 @@ _HASH, _BACKSLASH, _NL = ord("#"), ord("\\"), ord("\n")
 def lex_tokens(code: str | bytes) -> list[bytes] | None:
     """Tokens of `code` without parsing, equal to `ts_tokens`; None where it cannot be sure."""
     blob = lex_blob(code)
-    return None if blob is None else blob.split()
+    return None if blob is None else split_words(blob)
 
 
 def lex_blob(code: str | bytes) -> bytes | None:
-    """The tokens of `code`, separated by whitespace, as one bytes object (no list of tokens is
-    built: minhash.py hashes the tokens of many programs at once with numpy)."""
+    """The tokens of `code` as one bytes object that `split_words` cuts into them; no list of
+    tokens is built: minhash.blob_ids splits and hashes many programs' tokens at once."""
     src = _encode(code)
     if _HOLE in src:
         return None
@@ -173,18 +190,17 @@ def lex_blob(code: str | bytes) -> bytes | None:
     if b"'" in text or b'"' in text:
         return None  # an unterminated string
     if not strings:
-        return _spaced(text.replace(b"\\\n", b" "))
+        return text.replace(b"\\\n", b" ")
     dropped = _docstrings(text, holes)
-    # One pass of replaces over the whole text: holes are no punctuation and survive it.
-    segments = _spaced(text.replace(b"\\\n", b" ")).split(_HOLE)
+    segments = text.replace(b"\\\n", b" ").split(_HOLE)
     out = [segments[0]]
     for i, seg in enumerate(segments[1:]):
         if i not in dropped:
             lit = strings[i]
             if len(lit) <= _CODE_STRING_LEN and b"\n" not in lit:
-                out.append(b" " + lit.translate(_ESCAPE_WS) + b" ")
+                out.append(b" " + lit.translate(_ESCAPE) + b" ")
             else:
-                out.append(b" " + b" ".join(_string_tokens(lit)) + b" ")
+                out.append(b" " + _code_text(lit) + b" ")
         out.append(seg)
     return b"".join(out)
 
@@ -252,7 +268,6 @@ def tokens(code: str | bytes | None, method: str = "fast") -> list[bytes]:
 
 _KEYWORDS = frozenset(k.encode() for k in keyword.kwlist)
 _BUILTINS = frozenset(n.encode() for n in dir(builtins))
-_QUOTES = frozenset(b"'\"")
 _DIGITS = frozenset(b"0123456789")
 _IMPORT = re.compile(rb"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+)?import[ \t]+(\([^)]*\)|[^\n#;]+)",
                      re.MULTILINE)
@@ -284,7 +299,7 @@ def abstract_tokens(toks: list[bytes], code: str | bytes) -> list[bytes]:
     prev = prev2 = b""
     for t in toks:
         first = t[0]
-        if t[-1] in _QUOTES and len(t) > 1:
+        if t[-1] in _ESCAPED_QUOTES:
             a = b"STR"
         elif first in _DIGITS:
             a = b"NUM"
