@@ -329,6 +329,14 @@ def test_hand_written_sections_survive_a_rerender(build):
     assert 'load_dataset("org/cuke")' in new  # the generated part was regenerated
 
 
+def test_a_readme_curate_did_not_write_is_saved_first(build):
+    (build / "README.md").write_text("# my own notes\n")
+    c = render_card(build)
+    assert c.backup == build / "README.md.bak"
+    assert c.backup.read_text() == "# my own notes\n"
+    assert render_card(build).backup is None  # the second time it is curate's own card
+
+
 def test_fingerprint_tells_a_stale_card(build):
     render_card(build, repo_id="org/cuke")
     assert is_current(build, "org/cuke")

@@ -52,6 +52,8 @@ def card(build_dir, repo_id, pretty_name, val_fraction, seed):
     click.echo(f"card: {c.path} ({f.kept} pairs"
                + (f", {f.configs[1].rows} infill rows" if len(f.configs) > 1 else "")
                + f"), plots: {', '.join(sorted(c.assets.values()))}")
+    if c.backup:
+        click.echo(f"  {c.path} was not written by curate: saved as {c.backup}", err=True)
     if c.kept_sections:
         click.echo(f"  kept hand-written sections: {', '.join(c.kept_sections)}")
     if not f.decontamination["done"]:

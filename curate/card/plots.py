@@ -59,7 +59,7 @@ def speedup_histogram(facts: Facts, path: Path) -> Path:
         ax.xaxis.set_major_formatter(fmt)
         ax.xaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(
             lambda x, _: f"{x:g}x" if f"{x:g}"[0] in "235" else ""))
-        ax.tick_params(axis="x", which="minor", labelsize=8)
+        ax.tick_params(axis="x", which="both", labelsize=9)
         ax.legend(frameon=False, fontsize=8)
         ax.grid(axis="y", alpha=0.3)
         for s in ("top", "right"):

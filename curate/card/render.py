@@ -52,6 +52,7 @@ class Card:
     facts: Facts
     assets: dict[str, str]
     kept_sections: list[str]
+    backup: Path | None = None      # a README.md curate did not write, saved before replacing it
 
 
 def hand_written(text: str) -> dict[str, str]:
@@ -165,7 +166,12 @@ def render_card(build_dir: str | Path = "build", *, repo_id: str | None = None,
     dest.mkdir(parents=True, exist_ok=True)
     assets = render_all(f, dest / "assets")
     old_path = dest / CARD
-    old = hand_written(old_path.read_text()) if old_path.is_file() else {}
+    old_text = old_path.read_text() if old_path.is_file() else ""
+    old = hand_written(old_text)
+    backup = None
+    if old_text and card_fingerprint(old_text) is None:  # not a card curate wrote: keep a copy
+        backup = old_path.with_name(CARD + ".bak")
+        backup.write_text(old_text)
     docs = {c["name"]: c.get("doc", "") for c in schema_columns()}
     text = _env().get_template(TEMPLATE).render(
         f=f, front=yaml.safe_dump(front_matter(f), sort_keys=False, allow_unicode=True,
@@ -186,4 +192,4 @@ def render_card(build_dir: str | Path = "build", *, repo_id: str | None = None,
     tmp = old_path.with_name(f".{CARD}.tmp")
     tmp.write_text(text)
     os.replace(tmp, old_path)
-    return Card(old_path, f, assets, kept)
+    return Card(old_path, f, assets, kept, backup)
