@@ -178,7 +178,7 @@ def test_parent_degeneracy_check_uses_the_verdicts_comparison():
 
 DYNAMIC = {
     "honest_swish_add": None, "honest_linear_relu": None, "honest_row_softmax": None,
-    "unused_launch": "kernel_output_unused", "memory_exploit": "kernel_output_unused",
+    "unused_launch": "kernel_output_unused",
     "cache_by_pointer": "stale_output", "cache_first_call": "output_reuses_earlier_output",
     "zero_inputs": "input_mutated", "output_alias": "output_aliases_input",
     "patched_timer": "timer_patched:time.perf_counter",
@@ -232,7 +232,10 @@ def test_alias_findings():
 
 # -- the whole harness ---------------------------------------------------------------------------
 
+# the memory exploit's output is whatever the allocator hands out: poisoned memory makes it NaN
+# (incorrect), and where both runs get the poison the ghost run also calls it deceptive
 E2E = {"honest_swish_add": ("verified",), "unused_launch": ("deceptive",),
+       "memory_exploit": ("deceptive", "incorrect"), "escape_write": ("deceptive",),
        "cache_by_pointer": ("deceptive", "incorrect"), "torch_forward": ("deceptive",),
        "degenerate_constant": ("degenerate_reference",)}
 
