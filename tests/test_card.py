@@ -375,6 +375,8 @@ def test_val_fraction_splits_data_and_infill_by_cluster(build):
     default = next(c for c in meta["configs"] if c["config_name"] == "default")
     assert [d["split"] for d in default["data_files"]] == ["train", "validation"]
     assert "never straddle train and validation" in body
+    assert "--val-fraction 0.2 --seed curate" in body  # the recipe names the split
+    assert json.loads((build / "splits.json").read_text())["val_fraction"] == 0.2
     # 0 merges everything back into train
     out, _ = resplit_folder(build / "data", 0.0)
     assert set(out) == {"train"} and sum(len(read_rows(p)) for p in out["train"]) == 30

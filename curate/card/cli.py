@@ -42,6 +42,9 @@ def card(build_dir, repo_id, pretty_name, val_fraction, seed):
             raise BadInput("no shards to split (data/ is empty)", path=str(build / "data"),
                            fix="run `curate build` first")
         infill, _ = resplit_folder(build / "infill", val_fraction, seed=seed, chosen=chosen)
+        import json
+        (build / "splits.json").write_text(json.dumps(
+            {"val_fraction": val_fraction, "seed": seed, "by": "cluster_id"}, indent=2) + "\n")
         for folder, splits in (("data", out), ("infill", infill)):
             if splits:
                 click.echo(f"{folder}: " + ", ".join(f"{s} {len(p)} shard(s)"

@@ -80,6 +80,7 @@ class Facts:
     rejected_reasons: list[dict]   # (stage, reason, rows) over rejected.parquet's `reasons` lists
     decontamination: dict
     fingerprint: str
+    splits_settings: dict | None = None  # splits.json: how the validation split was drawn
     curate_version: str = __version__
 
     # -- derived numbers the template uses -------------------------------------------------
@@ -414,7 +415,7 @@ def fingerprint(build: Path, repo_id: str | None) -> str:
             for p in paths:
                 st = p.stat()
                 h.update(f"{folder}/{p.name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-    for name in ("stats.json", "pipeline.yaml", "infill/config.json"):
+    for name in ("stats.json", "pipeline.yaml", "infill/config.json", "splits.json"):
         p = build / name
         if p.is_file():
             h.update(name.encode() + b"\0" + p.read_bytes())
@@ -450,4 +451,5 @@ def gather(build_dir: str | Path, *, repo_id: str | None = None,
                   rejected_reasons=rejected_reasons,
                   decontamination={}, fingerprint=fingerprint(build, repo_id))
     facts.decontamination = decontamination(stats, pipeline, facts.steps())
+    facts.splits_settings = _read_json(build / "splits.json") or None
     return facts

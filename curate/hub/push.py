@@ -25,7 +25,7 @@ log = logging.getLogger("curate")
 
 # Folders this command owns in the repo: remote files there that the build lacks are deleted.
 OWNED = ("data/", "infill/", "assets/")
-EXTRA_FILES = ("pipeline.yaml", "stats.json", "infill/config.json")
+EXTRA_FILES = ("pipeline.yaml", "stats.json", "splits.json", "infill/config.json")
 TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
 
 
