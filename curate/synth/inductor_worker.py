@@ -29,15 +29,23 @@ _counter = [0]
 
 
 def setup() -> None:
-    """Import torch and inductor once per worker; each worker gets fresh inductor/triton caches."""
-    scratch = Path(os.getcwd())
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(scratch / "inductor-cache"))
-    os.environ.setdefault("TRITON_CACHE_DIR", str(scratch / "triton-cache"))
-    os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "0")
-    os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "0")
+    """Import torch and inductor once per worker, with inductor/Triton caches in a fresh dir:
+    CURATE_SYNTH_CACHE (made new for each run by the step and shared by its workers, so that
+    inductor's probes of the CPU's vector ISA run once per run) or the worker's own scratch."""
+    cache = Path(os.environ.get("CURATE_SYNTH_CACHE") or os.getcwd())
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor-cache")
+    os.environ["TRITON_CACHE_DIR"] = str(cache / "triton-cache")
+    os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"  # a cache hit would skip save_output_code
+    os.environ["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"
     import torch  # noqa: F401
     import torch._dynamo  # noqa: F401
     import torch._inductor.compile_fx  # noqa: F401
+    if os.environ.get("CURATE_SYNTH_DEVICE") == "cpu":
+        try:
+            from torch._inductor.cpu_vec_isa import pick_vec_isa
+            pick_vec_isa()  # compiles probe programs: pay it here, not in a row's timeout
+        except Exception:  # noqa: BLE001
+            pass
 
 
 # -- loading the reference -------------------------------------------------------------------
@@ -79,7 +87,8 @@ def _flat_tensors(out) -> tuple[Any, list]:
 class Recorder:
     """Patches inductor for the duration of one compile-and-run; `records` is what it saw."""
 
-    def __init__(self):
+    def __init__(self, skip_cpp_build: bool = False):
+        self.skip_cpp_build = skip_cpp_build
         self.codes: list[str] = []
         self.calls: list[dict] = []  # per CompiledFxGraph call: the input and output tensors
         self.launches: list[dict] = []
@@ -128,6 +137,17 @@ class Recorder:
             self._patch(CachingAutotuner, "run", run)
         except Exception as exc:  # noqa: BLE001
             self.errors.append(f"launch hook: {exc!r}")
+
+        if self.skip_cpp_build:
+            # The candidate builds the C++ source itself; inductor's own build (tens of seconds
+            # per kernel here) only matters for values, and the wiring is read from identities.
+            from torch._inductor.async_compile import AsyncCompile
+
+            def cpp_pybinding(_self, argtypes, source_code, *a, **k):
+                def not_built(*args):
+                    return None
+                return not_built
+            self._patch(AsyncCompile, "cpp_pybinding", cpp_pybinding)
         return self
 
     def __exit__(self, *exc):
@@ -253,7 +273,7 @@ def _classify(exc: BaseException) -> str:
     except Exception:  # noqa: BLE001
         pass
     low = text.lower()
-    if "out of memory" in low:
+    if "out of memory" in low or "alloc_failed" in low:
         return "synth:oom"
     if "unsupported" in low or "not implemented" in low or "notimplemented" in low:
         return "synth:unsupported_op"
@@ -279,21 +299,64 @@ def versions(device: str) -> dict:
 
 
 def cpu_build_flags() -> dict:
-    """The vector ISA inductor picked on this CPU: its C++ kernels only compute right when
-    built with the same macros (Vectorized<T>::size() depends on them)."""
+    """How inductor builds its C++ kernels here: the defines (the vector ISA among them:
+    Vectorized<T>::size() depends on it), compiler flags and libraries of its own command line,
+    without the machine's include/library paths (the candidate finds those itself)."""
     try:
+        from torch._inductor.cpp_builder import CppBuilder, CppTorchOptions, get_cpp_compiler
         from torch._inductor.cpu_vec_isa import pick_vec_isa
         isa = pick_vec_isa()
-        macros = isa.build_macro()
-        macros = macros if isinstance(macros, list) else [macros]
-        flags = isa.build_arch_flags()
-        return {"isa": str(isa), "macros": [m for m in macros if m],
-                "arch_flags": flags.split() if isinstance(flags, str) else list(flags)}
+        opts = CppTorchOptions(vec_isa=isa, include_pytorch=False, shared=True)
+        cmd = CppBuilder("kernel", ["kernel.cpp"], opts, output_dir=os.getcwd()).get_command_line()
+        toks = cmd.split()
+        defines, flags, libs = [], [], []
+        i = 1
+        while i < len(toks):
+            t = toks[i]
+            if t == "-D" and i + 1 < len(toks):
+                defines.append(toks[i + 1])
+                i += 2
+                continue
+            if t == "-o":
+                i += 2
+                continue
+            if t.startswith("-D"):
+                defines.append(t[2:])
+            elif t.startswith("-l"):
+                libs.append(t[2:])
+            elif t.startswith(("-I", "-L")) or t.endswith(".cpp"):
+                pass
+            else:
+                flags.append(t)
+            i += 1
+        defines = [d for d in defines if d and d != "TORCH_INDUCTOR_PRECOMPILE_HEADERS"]
+        libs = [lib for lib in libs if lib != "torch_python"]
+        return {"isa": str(isa), "compiler": toks[0], "defines": defines, "flags": flags,
+                "libs": libs}
     except Exception as exc:  # noqa: BLE001
-        return {"isa": "", "macros": [], "arch_flags": [], "error": repr(exc)}
+        return {"error": repr(exc)}
 
 
 def handle(task: dict) -> dict:
+    """Compile one reference (see _handle); frees the GPU memory it took, whatever happened."""
+    try:
+        return _handle(task)
+    finally:
+        import gc
+        gc.collect()
+        try:
+            import torch
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                torch.cuda.empty_cache()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _oom(exc: BaseException) -> bool:
+    return "out of memory" in str(exc).lower() or "ALLOC_FAILED" in str(exc)
+
+
+def _handle(task: dict) -> dict:
     """Compile one reference: `{"pytorch_code", "device", "mode", "seed"}` -> a capture record.
 
     Never raises for the reference's own faults: they come back as `{"ok": False, "reason"}`.
@@ -316,14 +379,14 @@ def handle(task: dict) -> dict:
     except Exception as exc:  # noqa: BLE001
         out.update(reason="synth:reference_error", error=_short(exc))
         return out
-    model = model.to(device).eval()
-    inputs = _to(inputs, device)
-
     try:
+        model = model.to(device).eval()
+        inputs = _to(inputs, device)
         with torch.no_grad():
             expected = model(*inputs)
     except Exception as exc:  # noqa: BLE001
-        out.update(reason="synth:reference_error", error=_short(exc))
+        out.update(reason="synth:oom" if _oom(exc) else "synth:reference_error",
+                   error=_short(exc))
         return out
     structure, exp_flat = _flat_tensors(expected)
     if structure is None:
@@ -343,7 +406,8 @@ def handle(task: dict) -> dict:
         icfg.cpp_wrapper = False
     # cudagraphs would copy inputs into static buffers and hide which tensor fills which slot
     compile_mode = {"default": None, "max-autotune": "max-autotune-no-cudagraphs"}.get(mode, mode)
-    rec = Recorder()
+    skip_cpp = device == "cpu" and not task.get("build_cpp", False)
+    rec = Recorder(skip_cpp_build=skip_cpp)
     try:
         compiled = torch.compile(model, backend="inductor", fullgraph=True, dynamic=False,
                                  mode=compile_mode)
@@ -392,7 +456,7 @@ def handle(task: dict) -> dict:
         if e.numel():
             d = (e.double() - g.double()).abs().max().item()
             worst = max(worst, d if d == d else math.inf)
-    out["compiled_max_abs_err"] = worst
+    out["compiled_max_abs_err"] = None if skip_cpp else worst
     if rec.errors and device == "cuda":
         out.update(reason="synth:launch_record_failed", error="; ".join(rec.errors))
         return out

@@ -1,0 +1,165 @@
+"""`synth-inductor`: every reference program -> one standalone candidate made by torch.compile.
+
+Each reference is compiled in a sandboxed worker (curate.isolation.WorkerPool; the reference is
+untrusted code), with fresh inductor/Triton caches per worker, a per-row timeout and many
+workers in parallel. The worker records the output code and what the compiled run did (graph
+argument wiring, launches); the parent only rewrites text into a program (rewrite_triton on
+cuda, rewrite_cpp on cpu). A reference that does not compile, breaks the graph, times out or
+crashes its worker is a dropped row with a machine-readable reason, never a failed run.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+from ..pipeline.step import Outcome, Resources, Step
+from ..record import add_reasons, content_hash
+from .rewrite import RewriteError
+
+HANDLER = "curate.synth.inductor_worker:handle"
+SETUP = "curate.synth.inductor_worker:setup"
+MODES = ("default", "max-autotune")
+DEVICES = ("cuda", "cpu")
+
+
+def _versions() -> dict:
+    out = {}
+    try:
+        from importlib.metadata import version
+        for pkg in ("torch", "triton"):
+            try:
+                out[pkg] = version(pkg)
+            except Exception:  # noqa: BLE001
+                out[pkg] = None
+    except Exception:  # noqa: BLE001
+        pass
+    return out
+
+
+def default_workers(device: str) -> int:
+    """CPU compiles are CPU-bound (half the cores, OpenMP kernels need the rest); on a GPU
+    machine compiles are mostly Python, so use most cores but leave the GPU memory room."""
+    cores = os.cpu_count() or 2
+    if device == "cuda":
+        return max(1, min(8, cores - 1))
+    return max(1, cores // 2)
+
+
+def generator_name(versions: dict, device: str) -> str:
+    torch_v = (versions.get("torch") or "?").split("+")[0]
+    name = f"torch-{torch_v}/inductor"
+    if device == "cuda" and versions.get("triton"):
+        name += f"+triton-{versions['triton']}"
+    return name
+
+
+def candidate_row(row: dict, capture: dict, device: str) -> tuple[dict | None, list[str], str]:
+    """(candidate row or None, reasons, error text) for one successful capture."""
+    from .rewrite_cpp import build_cpp_program
+    from .rewrite_triton import build_triton_program
+    gen = generator_name(capture.get("versions", {}), device)
+    try:
+        if device == "cuda":
+            code, reasons = build_triton_program(row["pytorch_code"], capture, gen)
+        else:
+            code, reasons = build_cpp_program(row["pytorch_code"], capture, gen)
+    except RewriteError as exc:
+        return None, [exc.reason], exc.detail
+    if "synth:no_kernel" in reasons:
+        return None, reasons, "inductor generated no kernel of its own (library calls only)"
+    new = dict(row)
+    new.update(kernel_code=code, original_kernel_code=capture["codes"][0],
+               backend="triton" if device == "cuda" else "cpp", generator=gen,
+               ref_id=row.get("id") or content_hash(row.get("pytorch_code")),
+               status=None, error=None)
+    new["id"] = content_hash(row["pytorch_code"], code)
+    new["reasons"] = []
+    add_reasons(new, *reasons)
+    return new, reasons, ""
+
+
+class InductorSynth(Step):
+    """Compile each reference with torch.compile (inductor) and emit a standalone candidate."""
+
+    name = "synth-inductor"
+    batch_size = 64
+
+    def __init__(self, device: str = "cpu", mode: str = "default", workers: int | None = None,
+                 timeout: float = 300):
+        if device == "auto":
+            from ..pipeline.config import detect_device
+            device = detect_device()
+        if device not in DEVICES:
+            from ..errors import BadInput
+            raise BadInput(f"unknown device {device!r}", fix="use --device cuda or cpu")
+        if mode not in MODES:
+            from ..errors import BadInput
+            raise BadInput(f"unknown mode {mode!r}", fix="use --mode default or max-autotune")
+        self.device, self.mode = device, mode
+        self.workers = workers or default_workers(device)
+        self.timeout = float(timeout)
+        self.resources = Resources(cpus=self.workers, gpus=1 if device == "cuda" else 0)
+        self.pool = None
+        self._seconds: list[float] = []
+
+    def config(self) -> dict:
+        return {"device": self.device, "mode": self.mode, **_versions()}
+
+    def setup(self) -> None:
+        from ..isolation import Limits, WorkerPool
+        import tempfile
+        self._cache = tempfile.mkdtemp(prefix="curate-synth-cache-")
+        env = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "CURATE_SYNTH_CACHE": self._cache,
+               "CURATE_SYNTH_DEVICE": self.device,
+               "TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
+        # a fresh cache dir for this run (inductor_worker.setup): nothing comes from an earlier
+        # run's cache, and the FX graph cache is off, so every row's code is generated anew
+        self.pool = WorkerPool(HANDLER, setup=SETUP, workers=self.workers, timeout=self.timeout,
+                               setup_timeout=300, env=env, limits=Limits(),
+                               max_tasks_per_worker=50)
+
+    def teardown(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+        if getattr(self, "_cache", None):
+            import shutil
+            shutil.rmtree(self._cache, ignore_errors=True)
+            self._cache = None
+
+    def stats(self) -> dict:
+        s = sorted(self._seconds)
+        if not s:
+            return {}
+        return {"compile_seconds_median": s[len(s) // 2], "compile_seconds_total": sum(s)}
+
+    def process(self, rows: list[dict]) -> Iterator[tuple[int, Outcome]]:
+        if self.pool is None:
+            self.setup()
+        tasks = [{"pytorch_code": r.get("pytorch_code") or "", "device": self.device,
+                  "mode": self.mode, "seed": 0} for r in rows]
+        for i, res in self.pool.map(tasks):
+            row = dict(rows[i])
+            self._seconds.append(res.seconds)
+            yield i, self._outcome(row, res)
+
+    def _outcome(self, row: dict, res) -> Outcome:
+        if res.status == "timeout":
+            row["error"] = f"compiling took longer than {self.timeout:.0f}s"
+            return Outcome.drop(row, "synth:timeout")
+        if res.status in ("crashed", "output_flood"):
+            row["error"] = (res.error or res.output or "")[-2000:]
+            return Outcome.drop(row, "synth:crashed")
+        if res.status == "error":
+            row["error"] = (res.error or "")[-2000:]
+            return Outcome.drop(row, "synth:worker_error")
+        cap = res.value or {}
+        if not cap.get("ok"):
+            row["error"] = (cap.get("error") or "")[-2000:] or None
+            return Outcome.drop(row, cap.get("reason") or "synth:compile_error")
+        new, reasons, err = candidate_row(row, cap, self.device)
+        if new is None:
+            row["error"] = err[-2000:] or None
+            return Outcome.drop(row, *(r for r in reasons if r.startswith("synth:")))
+        return Outcome.keep(new)
