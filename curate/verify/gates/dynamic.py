@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import re
 import os
 import sys
 import sysconfig
@@ -45,6 +46,7 @@ class _State:
     installed: bool = False
     counting: bool = False
     ghost: bool = False
+    ghost_tensors: dict = field(default_factory=dict)
     phase: str = "idle"               # idle | reference | candidate
     launches: list = field(default_factory=list)
     violations: list = field(default_factory=list)   # (phase, reason)
@@ -148,6 +150,51 @@ def _wrap_triton_run(orig):
     return run
 
 
+def _register_ghost_tensors(values) -> None:
+    """Tensors a raw-pointer (ctypes) kernel may be handed, by data pointer."""
+    for t in _tensors_in(values if isinstance(values, (list, tuple)) else [values]):
+        try:
+            STATE.ghost_tensors[t.data_ptr()] = t
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _ghost_ctypes(call, args):
+    """The ghost run of a C function called with data pointers: the tensors behind the pointers
+    it changed are poisoned afterwards."""
+    import torch
+    targets = []
+    for a in args:
+        v = getattr(a, "value", a)
+        t = STATE.ghost_tensors.get(v) if isinstance(v, int) else None
+        if isinstance(t, torch.Tensor):
+            targets.append((t, t.detach().clone()))
+    res = call(*args)
+    for t, before in targets:
+        same = _same(t, before)
+        if not same:
+            _poison_tensor(t)
+    return res
+
+
+def _count_ctypes_library(lib) -> None:
+    """Make the functions of a candidate-built ctypes library count as launches."""
+    base = lib._FuncPtr
+
+    class _Counted(base):
+        __curate_wrapped__ = True
+        _flags_ = base._flags_
+        _restype_ = base._restype_
+
+        def __call__(fp, *args):
+            _record_launch(f"ctypes:{getattr(fp, '__name__', 'kernel')}")
+            if STATE.ghost:
+                return _ghost_ctypes(lambda *a: base.__call__(fp, *a), args)
+            return base.__call__(fp, *args)
+
+    lib._FuncPtr = _Counted
+
+
 class _KernelCallable:
     """A compiled kernel function: counted, and ghosted in the ghost run."""
 
@@ -229,7 +276,10 @@ def _custom_op_mode():
                 _record_launch(f"op:{func}")
                 if STATE.ghost:
                     return _ghost_call(func, args, kwargs)
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            if STATE.ghost:
+                _register_ghost_tensors(out)
+            return out
 
     return CustomOps()
 
@@ -239,7 +289,7 @@ def _custom_op_mode():
 _GC_EVENTS = {"gc.get_objects", "gc.get_referrers", "gc.get_referents"}
 _FRAME_EVENTS = {"sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile",
                  "sys._getframemodulename", "object.__getattr__"}
-_CTYPES_EVENTS = {"ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.cdata",
+_CTYPES_EVENTS = {"ctypes.cdata",
                   "ctypes.cdata/buffer", "ctypes.string_at", "ctypes.wstring_at",
                   "ctypes.addressof", "ctypes.PyObj_FromPtr", "ctypes.get_errno"}
 _NET_PREFIX = ("socket.", "urllib.", "http.", "ftplib.", "smtplib.", "nntplib.", "poplib.",
@@ -312,6 +362,32 @@ def _write_outside(args) -> str | None:
     return real
 
 
+_COMPILER = re.compile(r"^(g\+\+|gcc|c\+\+|cc|clang\+\+|clang|nvcc|ld|[\w.-]*-(g\+\+|gcc))"
+                       r"(-\d+)?$")
+
+
+def _runs_compiler(event: str, args) -> bool:
+    """A program that builds its own C++ kernels runs a compiler: that subprocess is fine."""
+    if event not in ("subprocess.Popen", "os.posix_spawn", "os.exec"):
+        return False
+    try:
+        exe = args[0]
+        argv = args[1]
+        first = exe if exe else (argv[0] if isinstance(argv, (list, tuple)) else argv)
+        return bool(_COMPILER.match(os.path.basename(os.fsdecode(first))))
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _own_library(args) -> bool:
+    """A shared library the candidate built itself (under its scratch, TMPDIR or a cache)."""
+    name = args[0] if args else None
+    if not isinstance(name, (str, bytes, os.PathLike)):
+        return False
+    real = os.path.realpath(os.fsdecode(name))
+    return any(real.startswith(r + os.sep) for r in STATE.writable)
+
+
 def _callers(skip: int = 2):
     f = sys._getframe(skip)
     while f is not None:
@@ -324,7 +400,8 @@ def _audit(event: str, args) -> None:
         return
     if event not in _GC_EVENTS and event not in _FRAME_EVENTS and event not in _CTYPES_EVENTS \
             and event not in _PROC_EVENTS and not event.startswith(_NET_PREFIX) \
-            and event not in ("sys.addaudithook", "exec", "compile", "open") and \
+            and event not in ("sys.addaudithook", "exec", "compile", "open", "ctypes.dlopen") \
+            and \
             event != "object.__setattr__" and event != "object.__delattr__":
         return
     if STATE.phase == "idle":
@@ -348,9 +425,11 @@ def _audit(event: str, args) -> None:
             reason = "harness_access:frames"
         elif event in _CTYPES_EVENTS and untrusted_near:
             reason = "harness_access:ctypes"
+        elif event == "ctypes.dlopen" and untrusted_near and not _own_library(args):
+            reason = "harness_access:ctypes"  # libc, libpython...: only libraries it built
         elif event.startswith(_NET_PREFIX) and untrusted_near:
             reason = "harness_access:network"
-        elif event in _PROC_EVENTS and untrusted_near:
+        elif event in _PROC_EVENTS and untrusted_near and not _runs_compiler(event, args):
             reason = "harness_access:process"
         elif event == "sys.addaudithook" and untrusted_near:
             reason = "harness_access:audit"
@@ -535,6 +614,16 @@ def install() -> None:
             InterpretedFunction.run = _wrap_triton_run(InterpretedFunction.run)
     except Exception:  # noqa: BLE001
         pass
+    import ctypes
+    if not getattr(ctypes.CDLL.__init__, "__curate_wrapped__", False):
+        orig_init = ctypes.CDLL.__init__
+
+        def cdll_init(self, name, *a, **k):
+            orig_init(self, name, *a, **k)
+            if name and _own_library([name]):
+                _count_ctypes_library(self)
+        cdll_init.__curate_wrapped__ = True
+        ctypes.CDLL.__init__ = cdll_init
     import torch.utils.cpp_extension as cx
     for name in ("load_inline", "load"):
         f = getattr(cx, name)
@@ -921,6 +1010,8 @@ def check_candidate(model, inputs_a, inputs_b=None, *, device="cpu", params=None
         if launches:
             xg = _clone(inputs_a)
             poison_free_memory(device, like=xg)
+            STATE.ghost_tensors = {}
+            _register_ghost_tensors(list(xg) + list(params))
             with watch(ghost=True):
                 out_g = model(*xg)
             _sync(device)
@@ -929,6 +1020,7 @@ def check_candidate(model, inputs_a, inputs_b=None, *, device="cpu", params=None
                     _same(g, a) for g, a in zip(flat_g, flat_a)):
                 add([("kernel_output_unused", FAIL)])
             del out_g, flat_g
+            STATE.ghost_tensors = {}
 
         # 3. stale outputs: a second input set, then its values written into the first buffers
         if inputs_b is not None:

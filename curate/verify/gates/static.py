@@ -28,7 +28,7 @@ FAIL, WARN = "fail", "warn"
 # Calls whose result is a compiled custom kernel (or a module of them).
 KERNEL_FACTORIES = {"load_inline", "load", "cpp_pybinding", "cpp", "triton", "cuda",
                     "load_pybinding", "load_pybinding_async", "compile_kernel", "RawKernel",
-                    "RawModule", "_cuda_compile"}
+                    "RawModule", "_cuda_compile", "CDLL"}
 # `cpp`, `triton`, `cuda` and `load` are kernel factories only as methods of these objects.
 _FACTORY_OWNERS = {"async_compile", "AsyncCompile", "cpp_extension", "CppCodeCache",
                    "CppPythonBindingsCodeCache", "extension", "cupy", "cp", "torch_ext"}
@@ -141,10 +141,9 @@ class _Program:
             before = (len(self.handles), len(self.factories))
             for fs in self.funcs.values():
                 for f in fs:
-                    for sub in ast.walk(f.node):
-                        if isinstance(sub, ast.Return) and sub.value is not None and \
-                                self._makes_kernel(sub.value):
-                            self.factories.add(f.name)
+                    if f.name not in self.triton_kernels and f.name != "__init__" and \
+                            self._makes_kernel(f.node):
+                        self.factories.add(f.name)
             for node in ast.walk(self.tree):
                 targets, value = _assign_parts(node)
                 if value is not None and self._makes_kernel(value):
@@ -330,13 +329,24 @@ def _string_constants(tree: ast.AST) -> str:
 
 # -- the gates ---------------------------------------------------------------------------------
 
-def _harness_access(prog: _Program) -> list[str]:
+# A program that carries its own C/C++ kernels (`extern "C"` sources) may build them with a
+# compiler in a subprocess and load them with ctypes: these are all it may touch of ctypes.
+_CTYPES_LOADER = re.compile(r"^(CDLL|c_\w+|ARRAY|Structure)$")
+
+
+def _harness_access(prog: _Program, builds_native: bool = False) -> list[str]:
     """Reasons for code that reaches into the harness, the interpreter or the outside."""
     found: list[str] = []
+    allowed_tags = {"ctypes", "process"} if builds_native else set()
 
     def add(r):
+        if r in ("harness_access:ctypes", "harness_access:process") and \
+                r.split(":")[1] in allowed_tags and r not in strict:
+            return
         if r not in found:
             found.append(r)
+
+    strict: set[str] = set()  # uses that stay forbidden even for a native-kernel program
 
     for node in ast.walk(prog.tree):
         if isinstance(node, ast.Import):
@@ -352,6 +362,8 @@ def _harness_access(prog: _Program) -> list[str]:
             tag = _FORBIDDEN_MODULES.get(top)
             if tag == "ctypes":
                 bad = [a.name for a in node.names if not _CTYPES_HARMLESS.match(a.name)]
+                if any(not _CTYPES_LOADER.match(b) for b in bad):
+                    strict.add("harness_access:ctypes")
                 if bad:
                     add("harness_access:ctypes")
             elif tag:
@@ -359,6 +371,7 @@ def _harness_access(prog: _Program) -> list[str]:
             if top == "sys" and any(a.name in _SYS_FORBIDDEN for a in node.names):
                 add("harness_access:sys")
             if top == "os" and any(a.name in _OS_FORBIDDEN for a in node.names):
+                strict.add("harness_access:process")
                 add("harness_access:process")
         elif isinstance(node, ast.Attribute):
             root = _root_name(node)
@@ -367,8 +380,11 @@ def _harness_access(prog: _Program) -> list[str]:
             if root == "sys" and node.attr in _SYS_FORBIDDEN:
                 add("harness_access:sys" if node.attr != "_getframe" else "harness_access:frames")
             if root == "os" and node.attr in _OS_FORBIDDEN:
+                strict.add("harness_access:process")
                 add("harness_access:process")
             if root in ("ctypes",) and not _CTYPES_HARMLESS.match(node.attr):
+                if not _CTYPES_LOADER.match(node.attr):
+                    strict.add("harness_access:ctypes")
                 add("harness_access:ctypes")
             if node.attr in ("_getframe", "_current_frames", "currentframe", "stack",
                              "get_objects", "get_referrers", "get_referents"):
@@ -395,6 +411,10 @@ def _harness_access(prog: _Program) -> list[str]:
                 add("harness_access:dynamic_attribute")
             if name in ("patch", "patch.object", "MonkeyPatch"):
                 add("harness_access:mock")
+            if name in ("CDLL", "PyDLL", "LoadLibrary") and (not node.args or isinstance(
+                    node.args[0], ast.Constant)):
+                strict.add("harness_access:ctypes")  # libc or another system library
+                add("harness_access:ctypes")
             if name == "set_float32_matmul_precision" or name == "set_default_dtype":
                 add(f"harness_access:patch:torch.{name}")
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
@@ -511,8 +531,13 @@ def static_findings(kernel_code: str | None, pytorch_code: str | None = None
     if _try_fallbacks(prog, reach_names):
         add("try_except_fallback", FAIL)
 
-    for r in _harness_access(prog):
+    builds_native = 'extern "C"' in strings
+    for r in _harness_access(prog, builds_native):
         add(r, FAIL)
+    if builds_native and re.search(r"\bsubprocess\b", kernel_code):
+        add("builds_with_subprocess", WARN)
+    if builds_native and re.search(r"\bctypes\b", kernel_code):
+        add("ctypes_loader", WARN)
 
     # torch.compile inside the candidate: the kernel would be generated at run time, not shipped
     if re.search(r"torch\.compile\s*\(|torch\._dynamo\.optimize|\bcompile_fx\b", kernel_code):
