@@ -26,7 +26,6 @@ from typing import Iterable, Iterator
 
 from ..isolation import Limits, TaskResult, WorkerPool
 from ..record import row_key
-from .compare import Comparison, compare
 from .hooks import CheckContext, load_checks, run_hook
 from .timing import speedup_ci
 
@@ -143,6 +142,7 @@ class Verifier:
         self.compile_timeout = max(self.timeout, 300.0)
         self.pools: dict[str, WorkerPool] = {}
         self.tmp: Path | None = None
+        self.jobs: Path | None = None
         self.stats = Counter()
         self.timed_wall_s = 0.0
         self._lock = threading.Lock()
@@ -159,6 +159,7 @@ class Verifier:
             return
         self.tmp = Path(tempfile.mkdtemp(prefix="curate-verify-"))
         os.chmod(self.tmp, 0o700)
+        self.jobs = _job_root(self.tmp)
         (self.cache_dir / "ext").mkdir(parents=True, exist_ok=True)
         env = {"CURATE_VERIFY_DEVICE": self.device,
                "TORCHINDUCTOR_CACHE_DIR": str(self.cache_dir / "inductor"),
@@ -169,7 +170,7 @@ class Verifier:
         # Landlock where the kernel has it: writes only to the worker's scratch, this run's
         # job directories and the compile cache; no TCP; home directories unreadable
         limits = Limits(memory_gb=self.memory_gb, output_bytes=self.output_bytes, confine=True,
-                        writable=(str(self.tmp), str(self.cache_dir)))
+                        writable=(str(self.tmp), str(self.jobs), str(self.cache_dir)))
         scratch = str(self.tmp / "scratch")
         os.makedirs(scratch, exist_ok=True)
 
@@ -188,6 +189,9 @@ class Verifier:
         if self.tmp:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
+        if self.jobs:
+            shutil.rmtree(self.jobs, ignore_errors=True)
+            self.jobs = None
 
     def __enter__(self) -> "Verifier":
         self.start()
@@ -303,40 +307,31 @@ class Verifier:
                 self._task(row, "compile", warm=warm, lock_dir=str(self.tmp / "lock")),
                 self.compile_timeout)
 
-        # 1. reference outputs, in a worker that never sees candidate code
-        job = self.tmp / secrets.token_hex(8)
-        ref_dir, cand_dir = job / "r", job / "c"
+        # 1. compiled ahead (errors end the row here, before it takes a device worker)
+        if compile_future is not None:
+            comp = compile_future.result()
+            if not self._task_ok(comp, res, "compile"):
+                return res
+            if comp.value.get("status") != "compiled":
+                self._worker_status(comp.value, res)
+                return res
+            res.notes["compile_s"] = comp.value.get("seconds")
+
+        job = self.jobs / secrets.token_hex(8)
+        cand_dir = job / "c"
         try:
-            ref_res = self.pools["reference"].call(self._task(row, "reference", ref_dir))
-            ref_outputs = self._load_outputs(ref_dir, "ref")
-            shutil.rmtree(ref_dir, ignore_errors=True)
-            if not ref_res.ok or ref_outputs is None:
-                res.status = "reference_error"
-                res.reason(f"reference_{ref_res.status}")
-                res.error = _short(ref_res.error or ref_res.output[-1500:] or None)
-                return res
-            self._remember_env(ref_res.value.get("env"))
-            ctx.ref_outputs = ref_outputs
-            run_hook(self._parent_checks or [], "after_reference", ctx)
-            if self._fatal(ctx, res, default="degenerate_reference"):
-                return res
-
-            # 2. compiled ahead (errors end the row here, before it takes a GPU worker)
-            if compile_future is not None:
-                comp = compile_future.result()
-                if not self._task_ok(comp, res, "compile"):
-                    return res
-                if comp.value.get("status") != "compiled":
-                    self._worker_status(comp.value, res)
-                    return res
-                res.notes["compile_s"] = comp.value.get("seconds")
-
-            # 3. the candidate: correctness trials, then timing
+            # 2. the candidate: correctness trials (outputs saved), then timing
             timed = self.device == "cuda" or backend == "cpp"
-            cand_res = self.pools["candidate"].call(self._task(
-                row, "candidate", cand_dir, time=timed, lock_dir=str(self.tmp / "lock"),
-                time_budget=self.time_budget, min_trials=self.min_timed,
-                max_trials=self.max_timed))
+            cand_task = self._task(row, "candidate", cand_dir, time=timed,
+                                   lock_dir=str(self.tmp / "lock"), time_budget=self.time_budget,
+                                   min_trials=self.min_timed, max_trials=self.max_timed)
+            cand_res = self.pools["candidate"].call(cand_task)
+            if (self.device == "cuda" and cand_res.ok and isinstance(cand_res.value, dict)
+                    and "out_of_memory" in (cand_res.value.get("reasons") or [])):
+                # other rows' tensors may have filled the GPU: one more try
+                shutil.rmtree(cand_dir, ignore_errors=True)
+                cand_res = self.pools["candidate"].call(cand_task)
+                res.notes["oom_retry"] = True
             if not self._task_ok(cand_res, res, "candidate"):
                 return res
             value = cand_res.value
@@ -347,23 +342,36 @@ class Verifier:
                     ctx.flag(f.get("reason", "flag"), bool(f.get("fatal")), f.get("status"))
                 self._fatal(ctx, res)
                 return res
-            cand_outputs = self._load_outputs(cand_dir, "cand")
-            if cand_outputs is None:
-                res.status = "runtime_error"
-                res.reason("outputs_unreadable")
-                return res
+
+            # 3. the judge: reference outputs computed and compared where no candidate code
+            # ever ran; they never leave that worker
+            judge = self.pools["reference"].call(self._task(
+                row, "judge", cand_dir=str(cand_dir),
+                cand_structures=value.get("structures") or []))
         finally:
             shutil.rmtree(job, ignore_errors=True)
+        if not judge.ok or not isinstance(judge.value, dict):
+            res.status = "reference_error"
+            res.reason(f"judge_{judge.status}")
+            res.error = _short(judge.error or judge.output[-1500:] or None)
+            return res
+        jv = judge.value
+        self._remember_env(jv.get("env"))
+        for f in jv.get("flags") or []:  # the reference's own gates (degeneracy)
+            ctx.flag(f.get("reason", "flag"), bool(f.get("fatal")),
+                     f.get("status") or "degenerate_reference")
+        if jv.get("status") != "ok":
+            self._worker_status(jv, res)
+            return res
+        if self._fatal(ctx, res, default="degenerate_reference"):
+            return res
 
-        # 4. the verdict, in this (trusted) process
-        total = Comparison()
-        ref_structs = ref_res.value.get("structures") or []
-        cand_structs = value.get("structures") or []
-        for t, (r, c) in enumerate(zip(ref_outputs, cand_outputs)):
-            total.merge(compare(r, c, _at(ref_structs, t), _at(cand_structs, t)))
-        res.max_abs_err, res.max_rel_err = total.max_abs_err, total.max_rel_err
-        res.correct = total.ok
-        ctx.cand_outputs, ctx.worker_report = cand_outputs, value
+        # 4. the verdict
+        cmp = jv.get("comparison") or {}
+        ok = bool(cmp.get("ok"))
+        res.max_abs_err, res.max_rel_err = cmp.get("max_abs_err"), cmp.get("max_rel_err")
+        res.correct = ok
+        ctx.worker_report = value
         for f in value.get("flags") or []:
             ctx.flag(f.get("reason", "flag"), bool(f.get("fatal")), f.get("status"))
         res.notes.update(value.get("notes") or {})
@@ -376,10 +384,10 @@ class Verifier:
                 setattr(res, k, v)
             res.timed_wall_s = float(timing.get("wall_s") or 0.0)
             res.timed_trials = len(timing.get("ref_ms") or [])
-        if not total.ok:
+        if not ok:
             res.status = "incorrect"
-            res.reason(*total.reasons)
-            res.error = _short(total.detail)
+            res.reason(*(cmp.get("reasons") or ["output_mismatch"]))
+            res.error = _short(cmp.get("detail"))
             self._fatal(ctx, res)  # deception outranks plain incorrectness
             return res
         if self._fatal(ctx, res):
@@ -440,30 +448,28 @@ class Verifier:
         res.error = _short(value.get("error"))
         res.notes.update(value.get("notes") or {})
 
-    def _load_outputs(self, directory: Path, prefix: str) -> list | None:
-        """Per trial, the list of outputs; None if any trial's file is missing or not tensors."""
-        import torch
-        outs = []
-        for t in range(self.trials):
-            path = directory / f"{prefix}_{t}.pt"
-            if not path.is_file():
-                return None
-            try:
-                items = torch.load(path, map_location="cpu", weights_only=True)
-            except Exception as exc:  # noqa: BLE001 - a hostile or broken file
-                log.warning("unreadable outputs %s: %s", path, exc)
-                return None
-            if not isinstance(items, list):
-                return None
-            outs.append(items)
-        return outs
-
     def _remember_env(self, env: dict | None) -> None:
         if isinstance(env, dict) and not self._env_info.get("_from_worker"):
             with self._lock:
                 self._env_info = {k: env.get(k) for k in
                                   ("gpu", "torch_version", "triton_version", "cuda_version")}
                 self._env_info["_from_worker"] = True
+
+
+def _job_root(tmp: Path, min_free: int = 32 * 2**30) -> Path:
+    """Where candidates leave their outputs for the judge: RAM-backed /dev/shm when it has room
+    (KernelBench outputs reach gigabytes), else beside the run's other files."""
+    try:
+        st = os.statvfs("/dev/shm")
+        if st.f_bavail * st.f_frsize >= min_free:
+            root = Path(tempfile.mkdtemp(prefix="curate-verify-jobs-", dir="/dev/shm"))
+            os.chmod(root, 0o700)
+            return root
+    except OSError:
+        pass
+    root = tmp / "jobs"
+    root.mkdir(exist_ok=True)
+    return root
 
 
 def _local_versions() -> dict:

@@ -36,13 +36,14 @@ from .timing import capture_timers
 
 TIMERS = capture_timers()           # before any candidate code is imported
 
-from .compare import compare, flatten_outputs  # noqa: E402
+from .compare import Comparison, compare, flatten_outputs  # noqa: E402
 from .hooks import CandidateCall, CheckContext, load_checks, run_hook  # noqa: E402
 from .lock import DeviceLock  # noqa: E402
 from .timing import L2Flush, time_cpu, time_cuda  # noqa: E402
 
 _counter = itertools.count()
 _baseline: dict | None = None
+_rebased = False
 _flush: L2Flush | None = None
 _checks: list | None = None
 
@@ -62,8 +63,8 @@ def handle(task: dict) -> dict:
     os.environ["TORCH_EXTENSIONS_DIR"] = task.get("extensions_dir") or os.environ.get(
         "TORCH_EXTENSIONS_DIR", os.path.join(os.getcwd(), "torch_extensions"))
     try:
-        if role == "reference":
-            return run_reference(task)
+        if role == "judge":
+            return run_judge(task)
         if role == "compile":
             return run_compile(task)
         if role == "candidate":
@@ -305,29 +306,71 @@ def _finish(result: dict) -> dict:
 
 
 # -- roles -------------------------------------------------------------------------------------
-def run_reference(task: dict) -> dict:
+def run_judge(task: dict) -> dict:
+    """Compute the reference's outputs for every trial and compare them, on the device, with
+    the candidate's saved outputs. This worker never imports candidate code (it only loads the
+    candidate's tensors, with `weights_only`), and the reference outputs never leave it."""
     device = task["device"]
-    mod = load_module(task["pytorch_code"], "ref", task.get("tag", "x"))
-    args = init_args(mod, task["seed_init"], device)
-    model = build_model(mod.Model, args, task["seed_init"], device)
-    out_dir = Path(task["out_dir"])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    files, structures = [], []
-    for t, seed in enumerate(task["seeds"]):
-        inputs = make_inputs(mod, seed, device)
-        with torch.no_grad():
-            out = model(*_clone(inputs))
-        _sync(device)
-        items, struct = flatten_outputs(out)
-        path = out_dir / f"ref_{t}.pt"
-        torch.save(_cpu_outputs(items), path)
-        files.append(str(path))
-        structures.append(struct)
-    del model
+    tag = task.get("tag", "x")
+    checks = load_checks("parent") if task.get("gates", True) else []
+    ctx = CheckContext(role="judge", device=device, backend=task.get("backend"),
+                       pytorch_code=task["pytorch_code"], kernel_code=task.get("kernel_code"))
+    ref_outputs, structures = [], []
+    try:
+        mod = load_module(task["pytorch_code"], "ref", tag)
+        model = build_model(mod.Model, init_args(mod, task["seed_init"], device),
+                            task["seed_init"], device)
+        for seed in task["seeds"]:
+            inputs = make_inputs(mod, seed, device)
+            with torch.no_grad():
+                out = model(*inputs)
+            _sync(device)
+            items, struct = flatten_outputs(out)
+            ref_outputs.append([x.detach() if isinstance(x, torch.Tensor) else x for x in items])
+            structures.append(struct)
+            del inputs, out
+    except BaseException as exc:  # noqa: BLE001
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        info = classify_exception(exc, "call")
+        return {"status": "reference_error", "reasons": ["reference_failed", *info["reasons"]],
+                "error": info["error"], "_recycle": info["_recycle"], "env": env_info(device)}
+    ctx.ref_outputs = ref_outputs
+    run_hook(checks, "after_reference", ctx)
+    total = Comparison()
+    cand_dir = Path(task["cand_dir"])
+    cand_structs = task.get("cand_structures") or []
+    for t in range(len(task["seeds"])):
+        try:
+            items = _load_outputs(cand_dir / f"cand_{t}.pt", device)
+        except Exception as exc:  # noqa: BLE001 - a hostile or broken file
+            total.fail("outputs_unreadable", f"trial {t}: {type(exc).__name__}: {exc}"[:300])
+            break
+        if not isinstance(items, list):
+            total.fail("outputs_unreadable", f"trial {t}: not a list of outputs")
+            break
+        total.merge(compare(ref_outputs[t], items, structures[t],
+                            cand_structs[t] if t < len(cand_structs) else None))
+        del items
+    del ref_outputs, model
+    ctx.ref_outputs = None
     if device == "cuda":
         torch.cuda.empty_cache()
-    return _finish({"status": "ok", "files": files, "structures": structures,
-                    "env": env_info(device)})
+    return _finish({"status": "ok", "env": env_info(device), "structures": structures,
+                    "comparison": {"ok": total.ok, "reasons": total.reasons,
+                                   "max_abs_err": total.max_abs_err,
+                                   "max_rel_err": total.max_rel_err, "detail": total.detail},
+                    "flags": [f.__dict__ for f in ctx.flags], "notes": ctx.notes})
+
+
+def _load_outputs(path: Path, device: str):
+    """A candidate's saved outputs: tensors only (`weights_only`), memory-mapped when possible."""
+    try:
+        return torch.load(path, map_location=device, weights_only=True, mmap=True)
+    except (RuntimeError, ValueError, OSError) as exc:
+        if "mmap" not in str(exc).lower():
+            raise
+        return torch.load(path, map_location=device, weights_only=True)
 
 
 def run_compile(task: dict) -> dict:
@@ -393,6 +436,9 @@ def run_candidate(task: dict) -> dict:
     ref_mod = load_module(task["pytorch_code"], "ref", tag)
     ctx.ref_module = ref_mod
     run_hook(checks, "before_import", ctx)
+    global _baseline, _rebased
+    if checks and not _rebased:  # what the gates install is not the candidate's tampering
+        _baseline, _rebased = _snapshot(), True
     t_import = time.monotonic()
     try:
         cand_mod = load_module(task["kernel_code"], "cand", tag)
@@ -423,8 +469,7 @@ def run_candidate(task: dict) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     seeds = task["seeds"]
     prev_inputs = None
-    first_pristine = None
-    first_items = None
+    plausible = True
     try:
         with lock.shared():
             for t, seed in enumerate(seeds):
@@ -452,24 +497,27 @@ def run_candidate(task: dict) -> dict:
                 torch.save(cpu_items, path)
                 result["files"].append(str(path))
                 result["structures"].append(struct)
-                if t == 0:
-                    first_pristine, first_items = fresh, cpu_items
+                if t == 0 and task.get("time"):
+                    # a quick look, in this process, at whether timing is worth the device's
+                    # time; the verdict is the judge's
+                    try:
+                        with torch.no_grad():
+                            local_ref, _ = flatten_outputs(ref_model(*_clone(fresh)))
+                        plausible = compare(local_ref, items).ok
+                        del local_ref
+                    except Exception as exc:  # noqa: BLE001
+                        plausible = False
+                        result["notes"]["local_reference_error"] = f"{type(exc).__name__}: {exc}"[:300]
                 prev_inputs = cand_inputs
-                del out, items
+                del out, items, cpu_items
     except BaseException as exc:  # noqa: BLE001
         if isinstance(exc, KeyboardInterrupt):
             raise
         return done({**result, **classify_exception(exc, "call")})
 
     # -- timing: only where the device measures this backend, and only a plausible candidate
+    del prev_inputs
     if task.get("time") and not any(f.fatal for f in ctx.flags):
-        try:
-            with torch.no_grad():
-                local_ref, _ = flatten_outputs(ref_model(*_clone(first_pristine)))
-            plausible = compare(_cpu_outputs(local_ref), first_items).ok
-        except Exception as exc:  # noqa: BLE001
-            plausible = False
-            result["notes"]["local_reference_error"] = f"{type(exc).__name__}: {exc}"[:300]
         if not plausible:
             result["notes"]["timing_skipped"] = "candidate output differs from the reference"
         else:
@@ -500,8 +548,8 @@ def _same_layout(a: list, b: list) -> bool:
 def _time_pair(task: dict, ctx: CheckContext, ref_model, new_model, ref_mod, lock) -> dict:
     global _flush
     device = task["device"]
-    inputs = make_inputs(ref_mod, task["seeds"][-1], device)
-    ref_in, cand_in = _clone(inputs), _clone(inputs)
+    ref_in = make_inputs(ref_mod, task["seeds"][-1], device)
+    cand_in = _clone(ref_in)
     checks = (_checks or []) if task.get("gates", True) else []
     run_hook(checks, "before_timing", ctx)
     with lock.exclusive(), torch.no_grad():

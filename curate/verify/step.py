@@ -39,6 +39,13 @@ class Verify(Step):
     def teardown(self) -> None:
         self.verifier.close()
 
+    def stats(self) -> dict:
+        """Statuses, time spent in timed trials and workers replaced (into stats.json)."""
+        v = self.verifier
+        return {"device": v.device, "statuses": dict(v.stats),
+                "timed_wall_s": round(v.timed_wall_s, 3), "workers_replaced": v.replaced,
+                "workers": v.workers, "trials": v.trials}
+
     def process(self, rows: list[dict]) -> Iterator[tuple[int, Outcome]]:
         for i, res in self.verifier.verify(rows):
             row = dict(rows[i])

@@ -65,7 +65,9 @@ def time_cuda(ref_fn: Callable[[], object], cand_fn: Callable[[], object], timer
               flush: L2Flush | None, *, budget_s: float = 0.5, min_trials: int = 20,
               max_trials: int = 1000, warmup: int = 3) -> TimingResult:
     """Reference and candidate alternate (order flipped every round) on the same inputs, each
-    call bracketed by device-wide synchronization and CUDA events after an L2 flush."""
+    call bracketed by device-wide synchronization and CUDA events after an L2 flush. The end
+    event is recorded after a device-wide synchronize, so work on side streams counts; the few
+    microseconds this adds fall on both sides alike (a conservative bias for tiny kernels)."""
     sync, Event, elapsed, record = (timers.cuda_synchronize, timers.cuda_event,
                                     timers.cuda_elapsed, timers.cuda_record)
     res = TimingResult(clock="cuda_events")
@@ -78,6 +80,7 @@ def time_cuda(ref_fn: Callable[[], object], cand_fn: Callable[[], object], timer
         sync()
         record(start)
         fn()
+        sync()  # device-wide: work the call left on any stream ends before the end event
         record(end)
         sync()
         return float(elapsed(start, end))
