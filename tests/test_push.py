@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from curate.errors import BadInput
 from curate.hub.cli import push as push_cmd
 from curate.hub.push import PushFailed, plan_push, push
-from curate.hub.shards import list_shards, write_shards
+from curate.hub.shards import list_shards
 from curate.tableio import read_rows
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -227,7 +227,8 @@ def test_missing_token_is_a_usage_error(hub, build, monkeypatch):
 
 def test_missing_token_exits_2_from_the_command_line(hub, build, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
-    r = subprocess.run(["curate", "push", str(build), "--repo", "org/x"], env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(["curate", "push", str(build), "--repo", "org/x"], env=env,
+                       capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr
     assert "no Hugging Face token" in r.stderr
 
@@ -299,6 +300,16 @@ def test_bad_repo_id_and_empty_build(hub, tmp_path, build):
         push(build, "cuke")
     with pytest.raises(BadInput, match="curate build"):
         push(tmp_path / "empty", "org/cuke")
+
+
+def test_an_empty_build_is_not_pushed_by_accident(hub, tmp_path):
+    b = make_build(tmp_path / "e", n=0, infill=False)
+    res = _push(b)
+    assert isinstance(res.exception, BadInput) and "kept no pairs" in str(res.exception)
+    assert hub.state.repos == {}
+    res = _push(b, "org/cuke", "--allow-empty")
+    assert res.exit_code == 0, res.output
+    assert "This build kept no pairs." in _files(hub)["README.md"].decode()
 
 
 def test_push_help_has_an_example():

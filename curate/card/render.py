@@ -32,17 +32,22 @@ FINGERPRINT_RE = re.compile(r"<!-- curate-card fingerprint=(?P<fp>[0-9a-f]+)")
 # The gates of curate verify (curate/verify/gates), by the reason they write into `reasons`.
 GATES = [
     ("no_custom_kernel", "the candidate defines no custom kernel"),
-    ("kernel_not_called / cuda_kernel_not_launched", "a kernel is defined but the forward never launches it"),
-    ("torch_in_forward / torch_ops_in_forward", "the forward computes with PyTorch ops instead of the kernel"),
-    ("torch_ops_in_extension / extension_without_kernel", "a C++ extension calls ATen rather than a kernel of its own"),
+    ("kernel_not_called / cuda_kernel_not_launched",
+     "a kernel is defined but the forward never launches it"),
+    ("torch_in_forward / torch_ops_in_forward",
+     "the forward computes with PyTorch ops instead of the kernel"),
+    ("torch_ops_in_extension / extension_without_kernel",
+     "a C++ extension calls ATen rather than a kernel of its own"),
     ("try_except_fallback", "a try/except falls back to PyTorch"),
     ("input_mutated", "the candidate rewrote its inputs"),
     ("output_aliases_input / output_aliases_parameter", "an output is an input or a weight"),
     ("stale_output", "outputs are stale or cached between calls"),
     ("side_stream_unsynced", "work on a side stream escapes the timing"),
-    ("harness_access:*", "the candidate reaches into the harness (frames, sys, ctypes, mocks, processes)"),
+    ("harness_access:*",
+     "the candidate reaches into the harness (frames, sys, ctypes, mocks, processes)"),
     ("torch_compile_in_candidate", "the candidate calls torch.compile itself"),
-    ("reference_ignores_inputs", "the reference output does not depend on its inputs (status degenerate_reference)"),
+    ("reference_ignores_inputs",
+     "the reference output does not depend on its inputs (status degenerate_reference)"),
 ]
 
 

@@ -16,12 +16,14 @@ import click
               "the branch.")
 @click.option("--dry-run", is_flag=True, help="Print what would be uploaded, skipped and deleted; "
               "change nothing.")
+@click.option("--allow-empty", is_flag=True, help="Push even when the build kept no pairs.")
 @click.option("--message", "-m", help="Commit message (default: counts of the build).")
 @click.option("--retries", type=click.IntRange(0, 20), default=4, show_default=True,
               help="Retries of a step that failed on the network or a 429/5xx answer.")
 @click.option("--backoff", type=float, default=2.0, show_default=True, hidden=True,
               help="Seconds before the first retry (doubles each time).")
-def push(build_dir, repo_id, private, revision, create_pr, dry_run, message, retries, backoff):
+def push(build_dir, repo_id, private, revision, create_pr, dry_run, allow_empty, message, retries,
+         backoff):
     """Upload a build's shards, dataset card and plots to a Hub dataset repo, in one commit.
 
     The token comes from HF_TOKEN or the stored login (`hf auth login`). A push that fails
@@ -45,8 +47,8 @@ def push(build_dir, repo_id, private, revision, create_pr, dry_run, message, ret
             logging.getLogger(name).setLevel(logging.WARNING)
 
     res = do_push(build_dir, repo_id, private=private, revision=revision, create_pr=create_pr,
-                  dry_run=dry_run, message=message, retries=retries, backoff=backoff,
-                  say=lambda m: click.echo(m, err=True))
+                  dry_run=dry_run, allow_empty=allow_empty, message=message, retries=retries,
+                  backoff=backoff, say=lambda m: click.echo(m, err=True))
     plan = res.plan
     if dry_run:
         for line in describe(plan):

@@ -278,7 +278,7 @@ def check_repo_id(repo_id: str) -> None:
 def push(build_dir: str | Path = "build", repo_id: str = "", *, private: bool = False,
          revision: str | None = None, create_pr: bool = False, dry_run: bool = False,
          token: str | None = None, endpoint: str | None = None, retries: int = 4,
-         backoff: float = 2.0, message: str | None = None,
+         backoff: float = 2.0, message: str | None = None, allow_empty: bool = False,
          say: Callable[[str], None] = lambda m: log.info(m)) -> PushResult:
     """Push a build directory to the dataset repo `repo_id` (see the module docstring)."""
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
@@ -288,6 +288,11 @@ def push(build_dir: str | Path = "build", repo_id: str = "", *, private: bool = 
     if not list_shards(build / "data"):
         raise BadInput("no shards to push (data/train-*.parquet is missing)", path=str(build),
                        fix="run `curate build` first, or pass the build directory")
+    if not allow_empty and not _rows(list_shards(build / "data").get("train", [])):
+        raise BadInput("the build kept no pairs: there is nothing worth publishing",
+                       path=str(build / "data"),
+                       fix="see the reasons in <build>/stats.json (or `curate card`), fix them or "
+                           "lower --threshold and rebuild; --allow-empty pushes anyway")
     url = endpoint_url(endpoint)
     tok = resolve_token(token)
     if not tok and not dry_run:

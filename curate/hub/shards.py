@@ -13,7 +13,7 @@ import os
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
