@@ -321,6 +321,19 @@ def test_missing_named_evalset_warns_and_records_no_decontamination(tmp_path, mo
     assert step.config()["against"] == {"@kernelbench": "missing"}
 
 
+def test_evalset_given_as_a_table(tmp_path):
+    evalrows = _evalset_rows(EVALSET)
+    write_rows(tmp_path / "eval.jsonl", evalrows)
+    softmax = next(r for r in evalrows if r["path"].endswith("23_Softmax.py"))
+    write_rows(tmp_path / "in.jsonl", [row(softmax["pytorch_code"]), row(PROGRAM)])
+    res = CliRunner().invoke(main, ["dedup", str(tmp_path / "in.jsonl"), "-o",
+                                    str(tmp_path / "out.jsonl"), "--against",
+                                    str(tmp_path / "eval.jsonl")])
+    assert res.exit_code == 0, res.output
+    (rej,) = list(read_rows(tmp_path / "out.rejected.jsonl"))
+    assert rej["reasons"] == ["contaminated:level1/23_Softmax.py"]
+
+
 def test_missing_explicit_evalset_is_bad_input(tmp_path):
     with pytest.raises(BadInput):
         Dedup(against=[str(tmp_path / "typo")])
