@@ -386,11 +386,31 @@ def _free_port() -> int:
 
 @pytest.fixture
 def redis_url(tmp_path):
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("needs redis-server (the Debian package redis-server) on PATH")
+    """A Redis index address: on the server CI started ($CURATE_TEST_REDIS_URL) under a fresh
+    name, else on a redis-server started here on a free port."""
+    import os
+    import uuid
     pytest.importorskip("redis", reason="needs the redis Python package")
     import redis
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    given = os.environ.get("CURATE_TEST_REDIS_URL")
+    if given:
+        from curate.dedup.index import parse_index_url
+        try:
+            where = parse_index_url(given)
+        except BadInput:
+            where = {"host": given.split("//")[-1].split(":")[0],
+                     "port": int(given.rsplit(":", 1)[-1].split("/")[0])}
+        try:
+            redis.Redis(host=where["host"], port=where["port"]).ping()
+        except redis.exceptions.ConnectionError:
+            pytest.fail(f"CURATE_TEST_REDIS_URL={given} is set but no server answers there")
+        yield f"redis://{where['host']}:{where['port']}/{name}"
+        return
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("needs redis-server (the Debian package redis-server) on PATH, or "
+                    "CURATE_TEST_REDIS_URL")
     port = _free_port()
     proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                              "--appendonly", "no", "--daemonize", "no", "--dir", str(tmp_path)],
@@ -405,7 +425,7 @@ def redis_url(tmp_path):
     else:
         proc.kill()
         pytest.fail("redis-server did not start")
-    yield f"redis://127.0.0.1:{port}/cuke"
+    yield f"redis://127.0.0.1:{port}/{name}"
     proc.terminate()
     proc.wait(timeout=10)
 
