@@ -119,26 +119,46 @@ def per_source_table(facts: Facts, path: Path) -> Path:
     return path
 
 
-def rejections_chart(facts: Facts, path: Path, top: int = 15) -> Path:
-    """Dropped rows per stage and reason (the largest `top`), as horizontal bars."""
+def _bars(ax, labels: list[str], counts: list[int], color: str, rows: int) -> None:
+    """Horizontal bars, largest on top, one slot per row of the tallest panel (even bar size)."""
+    ys = [rows - 1 - i for i in range(len(labels))]
+    bars = ax.barh(ys, counts, color=color, height=0.7)
+    ax.set_yticks(ys, labels)
+    ax.set_ylim(-0.6, rows - 0.4)
+    ax.bar_label(bars, padding=2, fontsize=8)
+    ax.tick_params(axis="y", labelsize=8)
+    ax.set_xlim(0, max(counts) * 1.18)
+    for s in ("top", "right"):
+        ax.spines[s].set_visible(False)
+
+
+def rejections_chart(facts: Facts, path: Path, top: int = 12) -> Path:
+    """Why rows were dropped: per stage and reason, and (where verify ran) which checks fired."""
     reasons = facts.rejection_reasons()[:top]
-    fig, ax = plt.subplots(figsize=(8, 0.8 + 0.34 * max(len(reasons), 2)), dpi=DPI)
+    caught: dict[str, int] = {}
+    for r in facts.caught():
+        caught[r["reason"]] = caught.get(r["reason"], 0) + r["count"]
+    caught_top = sorted(caught.items(), key=lambda kv: -kv[1])[:top]
+    panels = 2 if caught_top else 1
+    rows = max(len(reasons), len(caught_top), 3)
+    fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 1.0 + 0.32 * rows), dpi=DPI,
+                             squeeze=False)
+    ax = axes[0][0]
     if not reasons:
         ax.text(0.5, 0.5, "no row was dropped", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
     else:
-        labels = [f"{r['stage']}: {r['reason']}" for r in reasons][::-1]
-        counts = [r["count"] for r in reasons][::-1]
-        bars = ax.barh(labels, counts, color="#9467bd")
-        ax.bar_label(bars, padding=2, fontsize=8)
+        _bars(ax, [f"{r['stage']}: {r['reason']}" for r in reasons],
+              [r["count"] for r in reasons], "#9467bd", rows)
         ax.set_xlabel("rows dropped")
-        ax.tick_params(axis="y", labelsize=8)
-        for s in ("top", "right"):
-            ax.spines[s].set_visible(False)
-        ax.set_xlim(0, max(counts) * 1.15)
     more = len(facts.rejection_reasons()) - len(reasons)
-    ax.set_title(f"Why rows were dropped ({facts.rejected_total} rows in all"
-                 + (f"; {more} smaller reasons not shown" if more > 0 else "") + ")", fontsize=11)
+    ax.set_title(f"Rows dropped, by stage and reason ({facts.rejected_total} in all"
+                 + (f"; {more} smaller not shown" if more > 0 else "") + ")", fontsize=10)
+    if caught_top:
+        ax2 = axes[0][1]
+        _bars(ax2, [k for k, _ in caught_top], [v for _, v in caught_top], "#d62728", rows)
+        ax2.set_xlabel("dropped rows carrying the reason (a row can carry several)")
+        ax2.set_title("What verification caught on those rows", fontsize=10)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
