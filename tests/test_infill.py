@@ -319,12 +319,20 @@ def test_check_solvable_logic_with_a_fake_verifier():
     assert passed({"status": "verified"}) and not passed({"status": "incorrect"}) and passed(True)
 
 
+@pytest.fixture(scope="module")
+def inductor_cache(tmp_path_factory):
+    """One inductor cache for this file's C++ compiles: the first one pays for the headers."""
+    return str(tmp_path_factory.mktemp("inductor-cache"))
+
+
 SOLVABLE = [(name, spec["reference"]) for name, spec in EXPECTED.items() if "reference" in spec]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("granularity", ["kernel", "body"])
-@pytest.mark.parametrize("name,reference", [s for s in SOLVABLE if s[0].startswith("triton")])
+@pytest.mark.parametrize("name,reference,granularity", [
+    ("triton_add_relu.py", "add_relu.py", "kernel"),
+    ("triton_softmax_helpers.py", "row_softmax.py", "kernel"),  # two kernels, a jit helper
+])
 def test_triton_rows_are_solvable_under_the_interpreter(name, reference, granularity):
     rows, _ = split_row(row_of(name, reference), SplitConfig(granularity))
     res = check_solvable(rows, subprocess_verify)
@@ -333,8 +341,19 @@ def test_triton_rows_are_solvable_under_the_interpreter(name, reference, granula
 
 
 @pytest.mark.slow
-def test_cpp_row_is_solvable_on_cpu():
+def test_triton_row_is_solvable_through_the_verify_harness():
+    """The same check through curate.verify (sandboxed workers, gates), Triton interpreter."""
+    from curate.infill.solvable import harness_verify
+    rows, _ = split_row(row_of("triton_add_relu.py", "add_relu.py"), SplitConfig("body"))
+    with harness_verify("cpu", workers=1, compile_ahead=False, timeout=300) as verify:
+        (res,) = check_solvable(rows, verify)
+    assert res.full == "verified" and res.solvable, res
+
+
+@pytest.mark.slow
+def test_cpp_row_is_solvable_on_cpu(inductor_cache, monkeypatch):
     """Inductor-style C++: compiles with the host compiler (the first compile takes a minute)."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", inductor_cache)
     rows, _ = split_row(row_of("cpp_inductor_add_relu.py", "add_relu.py"), SplitConfig("body"))
     (res,) = check_solvable(rows, subprocess_verify)
     assert res.full == "verified" and res.empty == "incorrect" and res.solvable, res
@@ -348,3 +367,51 @@ def test_pipeline_step_from_yaml_settings():
     assert isinstance(step, SplitInfill) and step.config()["granularity"] == "body"
     with pytest.raises(BadInput):
         pconfig.build_steps({"steps": [{"split-infill": {"granularity": "line"}}]})
+
+
+# -- real inductor output ---------------------------------------------------------------------
+
+CAPTURES = FIXTURES / "inductor" / "captures.json"
+
+
+@pytest.mark.skipif(not CAPTURES.is_file(),
+                    reason="needs tests/fixtures/inductor/captures.json (inductor GPU output "
+                           "recorded by the synth fixtures)")
+def test_real_inductor_triton_output_yields_exactly_the_launched_kernels():
+    import ast
+    captures = json.loads(CAPTURES.read_text())
+    checked = 0
+    for name, cap in captures.items():
+        launches, codes = cap.get("launches") or [], cap.get("codes") or []
+        launches = ast.literal_eval(launches) if isinstance(launches, str) else launches
+        codes = ast.literal_eval(codes) if isinstance(codes, str) else codes
+        got = []
+        for code in codes:
+            for cfg in CONFIGS:
+                for p in split_code(code, cfg)[0]:
+                    assert p["prefix"] + p["core"] + p["suffix"] == code, name
+            got += [p["core_name"] for p in split_code(code)[0]]
+        assert set(got) == {launch["kernel"] for launch in launches}, name
+        checked += bool(codes)
+    assert checked >= 10
+
+
+RECORDED_CPU = HERE / "recorded" / "inductor_cpu_softmax_relu.py"
+
+
+def test_recorded_inductor_cpu_output_yields_one_cpp_kernel_per_pybinding():
+    """Real inductor C++ output (recorded with torch.compile on CPU, see the file's header)."""
+    code = RECORDED_CPU.read_text(encoding="utf-8")
+    n = code.count("async_compile.cpp_pybinding(")
+    assert n == 2
+    for cfg in CONFIGS:
+        parts, reasons = split_code(code, cfg)
+        assert parts and all(p["prefix"] + p["core"] + p["suffix"] == code for p in parts)
+    parts, _ = split_code(code)
+    assert [p["core_name"] for p in parts] == ["cpp_fused_add_relu_sum_0",
+                                               "cpp_fused__softmax_add_mean_relu_sub_1"]
+    assert {p["core_kind"] for p in parts} == {"cpp_kernel"}
+    assert all(p["core"].startswith('extern "C"  void  kernel(') and p["core"].endswith("}")
+               for p in parts)
+    bodies, _ = split_code(code, SplitConfig("body"))
+    assert all(b["prefix"].endswith("{") and b["suffix"].startswith("}\n''')") for b in bodies)

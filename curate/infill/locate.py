@@ -377,25 +377,35 @@ class _Def:
 
 
 class _PyInfo:
-    """Across every Python text of a program: which @triton.jit functions are launched kernels."""
+    """Across every Python text of a program: which @triton.jit functions are launched kernels
+    and which are helpers (called or passed, e.g. to tl.associative_scan, from another one)."""
 
     def __init__(self):
         self.launched: set[str] = set()
-        self.called_in_jit: set[str] = set()
+        self.used_by: dict[str, set[str]] = {}   # name -> the jit functions whose bodies use it
 
     def scan(self, root: ts.Node, text: bytes) -> None:
         for node in _walk(root):
-            if node.type != "call":
-                continue
-            fn = node.child_by_field_name("function")
-            if fn is None:
-                continue
-            if fn.type == "subscript":
-                value = fn.child_by_field_name("value")
-                if value is not None:
-                    self.launched.add(_last_name(text[value.start_byte:value.end_byte]))
-            elif _inside_jit(node, text):
-                self.called_in_jit.add(_last_name(text[fn.start_byte:fn.end_byte]))
+            if node.type == "call":
+                fn = node.child_by_field_name("function")
+                if fn is not None and fn.type == "subscript":
+                    value = fn.child_by_field_name("value")
+                    if value is not None:
+                        self.launched.add(_last_name(text[value.start_byte:value.end_byte]))
+            elif node.type == "decorated_definition" and _jit_decorator(node, text) is not None:
+                fn = node.child_by_field_name("definition")
+                name = fn.child_by_field_name("name") if fn is not None else None
+                body = fn.child_by_field_name("body") if fn is not None else None
+                if name is None or body is None:
+                    continue
+                owner = text[name.start_byte:name.end_byte].decode("utf-8", "replace")
+                for ident in _walk(body):
+                    if ident.type == "identifier":
+                        used = text[ident.start_byte:ident.end_byte].decode("utf-8", "replace")
+                        self.used_by.setdefault(used, set()).add(owner)
+
+    def is_helper(self, name: str) -> bool:
+        return name not in self.launched and bool(self.used_by.get(name, set()) - {name})
 
 
 def _last_name(raw: bytes) -> str:
@@ -412,15 +422,6 @@ def _jit_decorator(dd: ts.Node, text: bytes) -> ts.Node | None:
     return None
 
 
-def _inside_jit(node: ts.Node, text: bytes) -> bool:
-    p = node.parent
-    while p is not None:
-        if p.type == "decorated_definition" and _jit_decorator(p, text) is not None:
-            return True
-        p = p.parent
-    return False
-
-
 def _triton_defs(root: ts.Node, text: bytes, info: _PyInfo) -> list[_Def]:
     out = []
     for node in _walk(root):
@@ -434,7 +435,7 @@ def _triton_defs(root: ts.Node, text: bytes, info: _PyInfo) -> list[_Def]:
         if name_node is None or block is None:
             continue
         name = text[name_node.start_byte:name_node.end_byte].decode("utf-8", "replace")
-        if name in info.called_in_jit and name not in info.launched:
+        if info.is_helper(name):
             continue  # a @triton.jit helper called from a kernel: scaffold, not core
         colon = next((c for c in fn.children if c.type == ":"), None)
         body_start = block.start_byte

@@ -6,7 +6,7 @@ second half is what makes the core worth training on: a row whose scaffold alone
 teach a model that the kernel does not matter.
 
 `check_solvable` takes any verify callable (a row with `kernel_code` set -> a verdict), so it
-works with curate's verify harness (`library_verify`, where this version has one) or with the
+works with curate's verify harness (`harness_verify`) or with the
 small CPU check here (`subprocess_verify`), which imports reference and candidate in a separate
 process (never this one) and compares Model against ModelNew on CPU, Triton under its interpreter.
 """
@@ -23,7 +23,8 @@ import tempfile
 import textwrap
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator
 
 Verdict = Any  # bool, a status string, a dict with "status"/"correct", or an object with .status
 
@@ -86,24 +87,18 @@ def check_solvable(rows: Iterable[dict], verify: Callable[[dict], Verdict], *,
 
 
 # ---------------------------------------------------------------------------------------------
-# A verify callable: curate's harness when this version has a library entry point
+# A verify callable: curate's own harness
 
-def library_verify(device: str = "cpu") -> Callable[[dict], Verdict] | None:
-    """curate.verify's one-pair entry point as a verify callable, or None where there is none."""
-    try:
-        from .. import verify as v  # noqa: F401
-    except ImportError:
-        return None
-    for name in ("verify_row", "verify_pair", "verify_one"):
-        fn = getattr(v, name, None)
-        if callable(fn):
-            def call(row: dict, _fn=fn) -> Verdict:
-                try:
-                    return _fn(row, device=device)
-                except TypeError:
-                    return _fn(row)
-            return call
-    return None
+@contextmanager
+def harness_verify(device: str = "cpu", **options) -> Iterator[Callable[[dict], Verdict]]:
+    """curate.verify's harness (sandboxed workers, gates) as a verify callable.
+
+        with harness_verify("cpu") as verify:
+            results = check_solvable(rows, verify, sample=20)
+    """
+    from ..verify import Verifier
+    with Verifier(device=device, **options) as verifier:
+        yield verifier.verify_one
 
 
 # ---------------------------------------------------------------------------------------------
