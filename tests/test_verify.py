@@ -288,6 +288,8 @@ def test_gpu_illegal_memory_access_costs_one_row(cache_dir):
              "kernel_code": (FIX / "triton_gelu_residual.py").read_text() + "\n# again\n"}]
     with Verifier(device="cuda", workers=1, timeout=300, cache_dir=cache_dir) as v:
         res = {rows[i]["id"]: r for i, r in v.verify(rows)}
+    for name, r in res.items():
+        print(name, r.status, r.reasons, (r.error or "")[:300], r.notes)
     bad = res["cuda_illegal_access"]
     assert bad.status in ("runtime_error", "crashed"), (bad.status, bad.error)
     assert res["triton_gelu_residual"].status == "verified", res["triton_gelu_residual"].error
@@ -301,8 +303,8 @@ def test_gpu_fused_kernel_is_faster_than_eager(cache_dir):
     with Verifier(device="cuda", workers=2, timeout=300, cache_dir=cache_dir) as v:
         res = {rows[i]["id"]: r for i, r in v.verify(rows)}
     for name, r in res.items():
-        print(name, r.status, r.speedup, r.speedup_ci_low, r.speedup_ci_high, r.ref_ms,
-              r.kernel_ms, r.timed_trials, r.gpu)
+        print(name, r.status, r.reasons, (r.error or "")[:300], r.speedup, r.speedup_ci_low,
+              r.speedup_ci_high, r.ref_ms, r.kernel_ms, r.timed_trials, r.gpu, r.notes)
         assert r.status == "verified", (name, r.status, r.reasons, r.error)
         assert r.gpu and r.cuda_version and r.triton_version
         assert r.timed_trials >= 20

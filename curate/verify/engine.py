@@ -118,7 +118,8 @@ class Verifier:
                  min_timed: int = 20, max_timed: int = 1000,
                  reference_workers: int | None = None, compile_workers: int | None = None,
                  cache_dir: str | os.PathLike | None = None, memory_gb: float | None = None,
-                 compile_ahead: bool = True, output_bytes: int = 8 * 2**20, gates: bool = True):
+                 compile_ahead: bool = True, output_bytes: int = 8 * 2**20, gates: bool = True,
+                 confine: bool | None = None):
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be cpu or cuda, not {device!r}")
         cpus = os.cpu_count() or 2
@@ -139,6 +140,7 @@ class Verifier:
         self.memory_gb = memory_gb if memory_gb is not None else (8.0 if device == "cpu" else None)
         self.output_bytes = output_bytes
         self.gates = gates  # False: the bare harness, without curate.verify.gates' checks
+        self.confine = confine  # None: Landlock on the CPU device only (see start())
         self.compile_timeout = max(self.timeout, 300.0)
         self.pools: dict[str, WorkerPool] = {}
         self.tmp: Path | None = None
@@ -168,8 +170,12 @@ class Verifier:
         if self.device == "cpu":
             env.update({"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""})
         # Landlock where the kernel has it: writes only to the worker's scratch, this run's
-        # job directories and the compile cache; no TCP; home directories unreadable
-        limits = Limits(memory_gb=self.memory_gb, output_bytes=self.output_bytes, confine=True,
+        # job directories and the compile cache; no TCP; home directories unreadable. Not on
+        # the GPU: on the H200 machine a confined worker cannot initialize CUDA
+        # (cudaGetDeviceCount: error 304), so there the sandbox is the rest of curate.isolation.
+        confine = self.confine if self.confine is not None else self.device == "cpu"
+        limits = Limits(memory_gb=self.memory_gb, output_bytes=self.output_bytes,
+                        confine=confine,
                         writable=(str(self.tmp), str(self.jobs), str(self.cache_dir)))
         scratch = str(self.tmp / "scratch")
         os.makedirs(scratch, exist_ok=True)

@@ -516,7 +516,7 @@ def run_candidate(task: dict) -> dict:
         return done({**result, **classify_exception(exc, "call")})
 
     # -- timing: only where the device measures this backend, and only a plausible candidate
-    del prev_inputs
+    fresh = cand_inputs = prev_inputs = None  # noqa: F841 - free the trials' tensors first
     if task.get("time") and not any(f.fatal for f in ctx.flags):
         if not plausible:
             result["notes"]["timing_skipped"] = "candidate output differs from the reference"
