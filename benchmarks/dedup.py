@@ -236,7 +236,7 @@ def baseline(codes: list[str], threshold: float, num_perm: int = 128) -> dict[in
 # --- measuring ----------------------------------------------------------------------------------
 
 class PeakRSS:
-    """Peak resident memory of this process plus its children, sampled every 20 ms (MiB)."""
+    """Peak resident memory of this process and its descendants, sampled every 20 ms (MiB)."""
 
     def __init__(self):
         self.peak = 0.0
@@ -251,16 +251,31 @@ class PeakRSS:
         except (OSError, ValueError, IndexError):
             return 0
 
-    def _children(self) -> list[str]:
+    @staticmethod
+    def _children(pid: str) -> list[str]:
+        out = []
         try:
-            with open(f"/proc/self/task/{threading.main_thread().native_id}/children") as fh:
-                return fh.read().split()
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as fh:
+                    out += fh.read().split()
         except OSError:
-            return []
+            pass
+        return out
+
+    def _tree(self) -> list[str]:
+        """This process's descendants (the forkserver's workers are its grandchildren)."""
+        todo, seen = [str(os.getpid())], []
+        while todo:
+            pid = todo.pop()
+            for c in self._children(pid):
+                if c not in seen:
+                    seen.append(c)
+                    todo.append(c)
+        return seen
 
     def _run(self):
         while not self._stop.is_set():
-            total = self._rss() + sum(self._rss(c) for c in self._children())
+            total = self._rss() + sum(self._rss(c) for c in self._tree())
             self.peak = max(self.peak, total / 2 ** 20)
             self._stop.wait(0.02)
 

@@ -228,9 +228,25 @@ def _sketch(codes: Sequence[str | None], cfg: SketchConfig,
 
 def shingle_set(code: str | None, cfg: SketchConfig) -> np.ndarray:
     """The sorted distinct shingle hashes of one program (for exact Jaccard similarity)."""
-    ids, counts = blob_ids([program_blob(code, cfg)])
-    sh, _ = _shingle_hashes(ids, np.zeros(1, np.int64), counts, cfg.shingle)
-    return np.unique(sh)
+    return shingle_sets([code], cfg)[0]
+
+
+def shingle_sets(codes: Sequence[str | None], cfg: SketchConfig,
+                 chunk: int = 1000) -> list[np.ndarray]:
+    """`shingle_set` of many programs, hashed together (numpy's per-call cost dominates one
+    program's worth of work)."""
+    out: list[np.ndarray] = []
+    for i in range(0, len(codes), chunk):
+        part = codes[i:i + chunk]
+        ids, lengths = blob_ids([program_blob(c, cfg) for c in part])
+        starts = np.zeros(len(part), np.int64)
+        if len(part) > 1:
+            np.cumsum(lengths[:-1], out=starts[1:])
+        sh, counts = _shingle_hashes(ids, starts, lengths, cfg.shingle)
+        bounds = np.zeros(len(part) + 1, np.int64)
+        np.cumsum(counts, out=bounds[1:])
+        out.extend(np.unique(sh[bounds[j]:bounds[j + 1]]) for j in range(len(part)))
+    return out
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:
@@ -250,7 +266,7 @@ def _sketch_task(args) -> Sketches:
 
 def _shingles_task(args) -> list[np.ndarray]:
     codes, cfg = args
-    return [shingle_set(c, cfg) for c in codes]
+    return shingle_sets(codes, cfg)
 
 
 def default_workers() -> int:
@@ -314,7 +330,7 @@ class Signer:
 
     def shingle_sets(self, codes: Sequence[str | None], cfg: SketchConfig) -> list[np.ndarray]:
         if not self._parallel(len(codes) * 4):
-            return [shingle_set(c, cfg) for c in codes]
+            return shingle_sets(codes, cfg)
         size = max(50, min(self.chunk, len(codes) // (4 * self.workers) + 1))
         tasks = ((codes[i:i + size], cfg) for i in range(0, len(codes), size))
         return [s for part in self.pool().imap(_shingles_task, tasks) for s in part]
