@@ -163,7 +163,6 @@ def make_build(root: Path, *, n: int = 30, decontam: str = "skipped", infill: bo
                                            reasons=[*why, reason], status=status))
     write_rows(build / "rejected.parquet", rejected)
     dropped = {s: sum(c.values()) for s, c in reasons.items()}
-    n_in = n + sum(dropped.values())
     dedup_extra = {}
     if decontam == "skipped":  # what curate.dedup.step reports when the eval set is missing
         dedup_extra = {"extra": {"decontaminated": False, "decontaminated_against": {},
@@ -176,19 +175,21 @@ def make_build(root: Path, *, n: int = 30, decontam: str = "skipped", infill: bo
                                  "dropped_contaminated": 4, "clusters": 44}}
     elif decontam == "legacy-skipped":  # a build with no structured report, only a remark
         dedup_extra = {"decontamination": "skipped: evaluation set @kernelbench not found"}
+    kept_in = n + dropped["keep"]          # keep's input = verify's input and output
+    dedup_in = kept_in + dropped["dedup"]   # one candidate per reference
     stages = [
-        {"name": "ingest", "rows_in": 40, "rows_out": 38, "dropped": 2, "seconds": 0.4,
-         "reasons": dict(reasons["ingest"]), "skipped": False},
-        {"name": "synth-inductor", "rows_in": 38, "rows_out": n_in - 2, "dropped": 0,
+        {"name": "ingest", "rows_in": dedup_in + dropped["ingest"], "rows_out": dedup_in,
+         "dropped": dropped["ingest"], "seconds": 0.4, "reasons": dict(reasons["ingest"]),
+         "skipped": False},
+        {"name": "synth-inductor", "rows_in": dedup_in, "rows_out": dedup_in, "dropped": 0,
          "seconds": 61.0, "reasons": {}, "skipped": False},
-        {"name": "dedup", "rows_in": n_in - 2, "rows_out": n + dropped["keep"], "seconds": 1.3,
+        {"name": "dedup", "rows_in": dedup_in, "rows_out": kept_in, "seconds": 1.3,
          "dropped": dropped["dedup"], "reasons": dict(reasons["dedup"]), "skipped": False,
          **dedup_extra},
-        {"name": "verify", "rows_in": n + dropped["keep"], "rows_out": n + dropped["keep"],
-         "dropped": 0, "seconds": 300.0, "reasons": {}, "skipped": False},
-        {"name": "keep", "rows_in": n + dropped["keep"], "rows_out": n,
-         "dropped": dropped["keep"], "seconds": 0.1, "reasons": dict(reasons["keep"]),
-         "skipped": False},
+        {"name": "verify", "rows_in": kept_in, "rows_out": kept_in, "dropped": 0,
+         "seconds": 300.0, "reasons": {}, "skipped": False},
+        {"name": "keep", "rows_in": kept_in, "rows_out": n, "dropped": dropped["keep"],
+         "seconds": 0.1, "reasons": dict(reasons["keep"]), "skipped": False},
     ]
     stats = {"curate_version": "0.1.0", "pipeline": "default", "device": "cuda",
              "threshold": 2.0, "python": "3.12.3", "seconds": 363.0, "kept": n,
@@ -266,8 +267,10 @@ def test_body_states_counts_verification_and_reproduction(build):
     assert "NVIDIA H200 (30 rows)" in body
     assert "torch 2.11.0 (30)" in body and "triton 3.6.0 (30)" in body and "CUDA 12.8 (30)" in body
     assert "`input_mutated`" in body
-    assert "`mismatch` 5 (incorrect)" in body  # what the checks caught, from rejected.parquet
-    assert "`input_mutated` 2 (deceptive)" in body
+    assert "`mismatch`: 5 rows (incorrect)" in body  # what the checks caught (rejected.parquet)
+    assert "`input_mutated`: 2 rows (deceptive)" in body
+    assert "Empty in every row of this config" in body and "`dup_of`" in body
+    assert "| `dup_of` |" not in body
     assert "float32 0.001 / 0.001 / 0.0001" in body  # the verify stage's tolerances
     assert "`trials=3`" in body
     assert "curate build --pipeline pipeline.yaml --threshold 2.0 --device cuda" in body

@@ -51,6 +51,15 @@ GATES = [
 ]
 
 
+# Meanings for columns the schema leaves undocumented.
+COLUMN_DOCS = {
+    "torch_version": "torch version the row was verified and timed with",
+    "triton_version": "triton version the row was verified and timed with",
+    "cuda_version": "CUDA version the row was verified and timed with",
+    "gpu": "device the row was measured on",
+}
+
+
 @dataclass
 class Card:
     path: Path
@@ -177,7 +186,7 @@ def render_card(build_dir: str | Path = "build", *, repo_id: str | None = None,
     if old_text and card_fingerprint(old_text) is None:  # not a card curate wrote: keep a copy
         backup = old_path.with_name(CARD + ".bak")
         backup.write_text(old_text)
-    docs = {c["name"]: c.get("doc", "") for c in schema_columns()}
+    docs = {**COLUMN_DOCS, **{c["name"]: c["doc"] for c in schema_columns() if c.get("doc")}}
     text = _env().get_template(TEMPLATE).render(
         f=f, front=yaml.safe_dump(front_matter(f), sort_keys=False, allow_unicode=True,
                                   width=1000),
