@@ -415,3 +415,15 @@ def test_recorded_inductor_cpu_output_yields_one_cpp_kernel_per_pybinding():
                for p in parts)
     bodies, _ = split_code(code, SplitConfig("body"))
     assert all(b["prefix"].endswith("{") and b["suffix"].startswith("}\n''')") for b in bodies)
+
+
+def test_recorded_synth_cpp_candidate():
+    """A real `curate synth inductor --device cpu` candidate: kernels in a CPP_KERNELS dict of raw
+    strings, entry points renamed from kernel() to the kernel's name, called through ctypes."""
+    code = (HERE / "recorded" / "synth_cpp_gelu_bias_residual.py").read_text(encoding="utf-8")
+    (part,), reasons = split_code(code)
+    assert part["core_name"] == "cpp_fused_add_gelu_0" and part["core_kind"] == "cpp_kernel"
+    assert part["core"].startswith('extern "C"  void  cpp_fused_add_gelu_0(const float* in_ptr0,')
+    assert "CPP_KERNELS = {" in part["prefix"] and "def _load_kernels" in part["suffix"]
+    (body,), _ = split_code(code, SplitConfig("body"))
+    assert body["prefix"].endswith("float* out_ptr0)\n{") and body["suffix"].startswith("}\n'''),")

@@ -113,7 +113,7 @@ def find_cores(code: bytes) -> Found:
         markers.add("triton")
     if b"__global__" in code:
         markers.add("cuda")
-    if re.search(rb"\bkernel\s*\(", code) and (b"cpp_pybinding" in code or b"extern" in code):
+    if b'extern "C"' in code or (re.search(rb"\bkernel\s*\(", code) and b"cpp_pybinding" in code):
         markers.add("cpp")
     return Found(cores, markers)
 
@@ -307,7 +307,7 @@ class _Context:
                 grammar = "cuda"
             elif re.search(rb"@\s*(triton\.)?jit\b", body) and b"def " in body:
                 grammar = "python"
-            elif re.search(rb"\bkernel\s*\(", body) and b"{" in body:
+            elif (re.search(rb"\bkernel\s*\(", body) or b'extern "C"' in body) and b"{" in body:
                 grammar = "cuda"
             else:
                 continue
@@ -464,7 +464,7 @@ def _c_defs(root: ts.Node, text: bytes, exported: set[str], has_global: bool) ->
         name = text[name_node.start_byte:name_node.end_byte].decode("utf-8", "replace")
         if any(c.type == "__global__" for c in node.children):
             lang = "cuda"
-        elif not has_global and (name == "kernel" or name in exported):
+        elif not has_global and (name == "kernel" or name in exported or _extern_c(node)):
             lang = "cpp"
         else:
             continue
@@ -484,6 +484,12 @@ def _c_defs(root: ts.Node, text: bytes, exported: set[str], has_global: bool) ->
                         max(end, outer.end_byte),
                         b0, b1))
     return out
+
+
+def _extern_c(node: ts.Node) -> bool:
+    """`extern "C" ... f(...) {...}`: an entry point called from Python (ctypes, inductor)."""
+    p = node.parent
+    return p is not None and p.type == "linkage_specification" and p.child_by_field_name("body") == node
 
 
 def _declarator_name(decl: ts.Node) -> ts.Node | None:
