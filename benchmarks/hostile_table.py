@@ -159,7 +159,7 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="first N rows of --candidates")
     ap.add_argument("--skip-fixtures", action="store_true")
     ap.add_argument("--cases", default=None, help="comma-separated case names")
-    ap.add_argument("--backends", default="triton,cuda")
+    ap.add_argument("--backends", default="triton,cuda,cpp")
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--timeout", type=float, default=300)
     args = ap.parse_args(argv)

@@ -327,9 +327,11 @@ def _is_trusted(filename: str) -> bool:
 
 
 def _is_stdlib(filename: str) -> bool:
+    """The standard library (site-packages sits inside it on most installs, and is not it)."""
     if filename.startswith("<frozen"):
         return True
-    return os.path.realpath(filename).startswith(STATE.stdlib_roots)
+    real = os.path.realpath(filename)
+    return real.startswith(STATE.stdlib_roots) and "-packages" + os.sep not in real
 
 
 def _writable_roots() -> tuple[str, ...]:
@@ -412,8 +414,10 @@ def _audit(event: str, args) -> None:
     try:
         frames = list(_callers(2))
         direct = frames[0].f_code.co_filename if frames else ""
+        # stdlib frames and this module's wrappers are transparent: who called *them*?
         nearest = next((f.f_code.co_filename for f in frames
-                        if not _is_stdlib(f.f_code.co_filename)), "")
+                        if not _is_stdlib(f.f_code.co_filename)
+                        and f.f_code.co_filename != __file__), "")
         untrusted_direct = not _is_trusted(direct)
         untrusted_near = bool(nearest) and not _is_trusted(nearest)
         reason = None
