@@ -91,11 +91,36 @@ def fixture_table(rows, results) -> tuple[list[dict], dict]:
     return table, counts
 
 
+def inductor_fixture_rows() -> list[dict]:
+    """Standalone Triton candidates rewritten (curate.synth) from the inductor outputs captured
+    on the GPU machine and committed under tests/fixtures/inductor: honest by construction."""
+    from curate.schema import new_record
+    from curate.synth.rewrite_triton import build_triton_program
+    here = ROOT / "tests" / "fixtures" / "inductor"
+    caps = json.loads((here / "captures.json").read_text())
+    rows = []
+    for name, cap in sorted(caps.items()):
+        if not cap.get("ok"):
+            continue
+        ref = (here / "modules" / f"{name}.py").read_text()
+        try:
+            code, _ = build_triton_program(ref, cap)
+        except Exception:  # noqa: BLE001 - a rewrite failure is synth's, not a gate's
+            continue
+        rows.append(new_record(id=name, pytorch_code=ref, kernel_code=code, backend="triton",
+                               source="inductor", entry_point="Model"))
+    return rows
+
+
 def candidate_fp(path: str, device: str, workers, timeout, limit: int | None) -> dict:
-    """False positives of the gates on a table of honest candidates."""
+    """False positives of the gates on a table of honest candidates (`@inductor-fixtures`: the
+    committed inductor captures, rewritten into Triton programs)."""
     from curate.tableio import read_rows
     from curate.verify.gates.static import static_findings
-    rows = [r for r in read_rows(path) if r.get("kernel_code")]
+    if path == "@inductor-fixtures":
+        rows = inductor_fixture_rows()
+    else:
+        rows = [r for r in read_rows(path) if r.get("kernel_code")]
     if limit:
         rows = rows[:limit]
     static_fail = collections.Counter()
@@ -154,8 +179,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when visible)")
     ap.add_argument("--out", default=None, help="JSON to write (default benchmarks/results/"
                                                 "hostile_<device>.json)")
-    ap.add_argument("--candidates", default=None, help="table of honest candidates: report the "
-                                                       "false-positive rate on it")
+    ap.add_argument("--candidates", default=None, help="table of honest candidates (or "
+                    "@inductor-fixtures): report the false-positive rate on it")
     ap.add_argument("--limit", type=int, default=None, help="first N rows of --candidates")
     ap.add_argument("--skip-fixtures", action="store_true")
     ap.add_argument("--cases", default=None, help="comma-separated case names")
