@@ -340,11 +340,13 @@ def test_missing_explicit_evalset_is_bad_input(tmp_path):
 
 
 def test_default_pipeline_step_settings_are_accepted():
+    import yaml
     from curate.pipeline import config as pconfig
-    spec = pconfig.load_pipeline()
-    steps = [s for s in pconfig.build_steps({**spec, "steps": [
-        e for e in spec["steps"] if "dedup" in (e if isinstance(e, dict) else {e: 0})]})]
-    assert isinstance(steps[0], Dedup) and steps[0].against == ["@kernelbench"]
+    from curate.resources import data_dir
+    spec = yaml.safe_load((data_dir("pipelines") / "default.yaml").read_text())
+    entry = next(e for e in spec["steps"] if isinstance(e, dict) and "dedup" in e)
+    (step,) = pconfig.build_steps({"steps": [entry]})
+    assert isinstance(step, Dedup) and step.against == ["@kernelbench"]
 
 
 # --- command line ----------------------------------------------------------------------------
