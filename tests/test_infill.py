@@ -427,3 +427,27 @@ def test_recorded_synth_cpp_candidate():
     assert "CPP_KERNELS = {" in part["prefix"] and "def _load_kernels" in part["suffix"]
     (body,), _ = split_code(code, SplitConfig("body"))
     assert body["prefix"].endswith("float* out_ptr0)\n{") and body["suffix"].startswith("}\n'''),")
+
+
+def test_cli_check_solvable_records_the_sample_in_config(tmp_path, monkeypatch):
+    """--check-solvable plumbing (the verifier is faked here; the real one is tested above)."""
+    import contextlib
+
+    import curate.infill.solvable as solvable
+
+    @contextlib.contextmanager
+    def fake_harness(device="cpu", **_):
+        yield lambda row: "verified" if row["kernel_code"].count("def ") >= 2 or \
+            "extern" in row["kernel_code"] else "compile_error"
+
+    monkeypatch.setattr(solvable, "harness_verify", fake_harness)
+    build = tmp_path / "b"
+    (build / "data").mkdir(parents=True)
+    write_rows(build / "data" / "train-00000-of-00001.parquet",
+               [row_of("triton_add_relu.py"), row_of("cpp_inductor_add_relu.py"),
+                row_of("cuda_fstring.py")])
+    res = CliRunner().invoke(main, ["split-infill", str(build), "--quiet", "--check-solvable", "5"])
+    assert res.exit_code == 0, res.output
+    sol = json.loads((build / "infill" / "config.json").read_text())["solvability"]
+    assert sol["device"] == "cpu" and sol["checked"] == 2  # the CUDA row needs a GPU
+    assert "solvability: " in res.output

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
 
 from ..errors import BadInput
 from ..report import echo_stage
-from .run import split_build_dir, split_table
+from .run import check_sample, split_build_dir, split_table
 from .split import FIM_FORMATS, GRANULARITIES, MULTI
 
 
@@ -25,8 +26,13 @@ from .split import FIM_FORMATS, GRANULARITIES, MULTI
 @click.option("--fim-format", type=click.Choice(list(FIM_FORMATS)), default="none",
               show_default=True, help="Also render a fill-in-the-middle `text` column in this "
               "model family's token convention (prefix, suffix, then the core as the middle).")
+@click.option("--check-solvable", "check", type=int, default=0, show_default=True,
+              metavar="N", help="Re-verify N random rows: with their own core they must verify, "
+              "with the core left empty they must fail (recorded in infill/config.json).")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="Where --check-solvable verifies (CUDA rows need cuda).")
 @click.option("--quiet", is_flag=True, help="No progress output.")
-def split_infill(source, out, granularity, multi, fim_format, quiet):
+def split_infill(source, out, granularity, multi, fim_format, check, device, quiet):
     """Cut candidate kernels into prefix/core/suffix rows for kernel-infilling training.
 
     SOURCE is a build directory (default: build; its data/ shards are read and infill/ shards
@@ -40,6 +46,7 @@ def split_infill(source, out, granularity, multi, fim_format, quiet):
       curate split-infill
       curate split-infill build --granularity body --fim-format starcoder
       curate split-infill pairs.parquet -o infill.parquet --multi span
+      curate split-infill --check-solvable 20 --device cuda
     """
     src = Path(source)
     opts = dict(granularity=granularity, multi=multi, fim_format=fim_format,
@@ -49,6 +56,13 @@ def split_infill(source, out, granularity, multi, fim_format, quiet):
         echo_stage(st, summary["table"])
         click.echo(f"split-infill: {summary['rows']} infill rows in {len(summary['shards'])} "
                    f"shard(s) -> {src / 'infill'} (config: {src / 'infill' / 'config.json'})")
+        if check:
+            result = check_sample(summary["table"], check, device=device)
+            config = src / "infill" / "config.json"
+            data = json.loads(config.read_text())
+            data["solvability"] = result
+            config.write_text(json.dumps(data, indent=2) + "\n")
+            _echo_check(result)
         return
     if not src.exists():
         if source == "build":
@@ -59,3 +73,11 @@ def split_infill(source, out, granularity, multi, fim_format, quiet):
         out = src.with_name(f"{src.stem}.infill{src.suffix}")
     st = split_table(src, out, **opts)
     echo_stage(st, out)
+    if check:
+        _echo_check(check_sample(out, check, device=device))
+
+
+def _echo_check(result: dict) -> None:
+    click.echo(f"solvability: {result['solvable']}/{result['checked']} sampled rows verify with "
+               f"their core and fail without it (own core: {result['full']}; empty core: "
+               f"{result['empty']})")

@@ -81,3 +81,34 @@ def split_build_dir(build: str | Path, *, granularity: str = "kernel", multi: st
     (build / "infill" / "config.json").write_text(json.dumps(summary, indent=2) + "\n")
     summary["table"] = str(table)
     return st, summary
+
+
+def check_sample(table: str | Path, n: int, *, device: str = "cpu", seed: int = 0) -> dict:
+    """Solvability of `n` random infill rows of `table`, through curate.verify's harness.
+
+    Own core must verify, the empty core must not (solvable.check_solvable). CUDA rows need
+    device=cuda; on the CPU they come back `unsupported` and count as not checked.
+    """
+    from .solvable import check_solvable, harness_verify, subprocess_verify
+
+    rows = [r for b in read_batches(table) for r in b]
+    if device == "cpu":
+        rows = [r for r in rows if r.get("backend") != "cuda"]
+    try:
+        ctx = harness_verify(device)
+        verify_ctx = ctx.__enter__()
+    except ImportError:  # a curate without the verify stage: the small CPU check instead
+        ctx, verify_ctx = None, subprocess_verify
+    try:
+        results = check_solvable(rows, verify_ctx, sample=n, seed=seed)
+    finally:
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
+    return {
+        "device": device,
+        "checked": len(results),
+        "solvable": sum(r.solvable for r in results),
+        "full": dict(Counter(r.full for r in results)),
+        "empty": dict(Counter(r.empty for r in results)),
+        "rows": [r.to_json() for r in results],
+    }
