@@ -90,17 +90,21 @@ def find_cores(code: bytes) -> Found:
     cores: list[Core] = []
     pyinfo = _PyInfo()
     parsed = []
-    for src in sources:
+    for k, src in enumerate(sources):
         shadow = b"".join(s.shadow for s in src.segs)
-        t = _parser(src.grammar).parse(shadow)
-        parsed.append((src, shadow, t))
-        if src.grammar == "python":
-            pyinfo.scan(t.root_node, shadow)
+        if k == 0:  # the program itself: parsed and indexed already
+            t, index = tree, ctx.index
+        else:
+            t = _parser(src.grammar).parse(shadow)
+            index = _Index(t.root_node, _PY_TYPES) if src.grammar == "python" else None
+        parsed.append((src, shadow, t, index))
+        if index is not None:
+            pyinfo.scan(index, shadow)
     exported_any = {n for s in sources for n in s.exported}
-    has_global = any(b"__global__" in sh for s, sh, _ in parsed if s.grammar == "cuda")
-    for src, shadow, t in parsed:
+    has_global = any(b"__global__" in sh for s, sh, _, _ in parsed if s.grammar == "cuda")
+    for src, shadow, t, index in parsed:
         if src.grammar == "python":
-            found = _triton_defs(t.root_node, shadow, pyinfo)
+            found = _triton_defs(index, shadow, pyinfo)
         else:
             found = _c_defs(t.root_node, shadow, exported_any, has_global)
         for d in found:
@@ -140,8 +144,9 @@ class _Context:
         self.root = root
         self.assignments: dict[str, list[tuple[int, ts.Node]]] = {}
         self._groups = 0
-        for node in _walk(root):
-            if node.type == "assignment":
+        self.index = _Index(root, _PY_TYPES)
+        for node in self.index["assignment"]:
+            if True:
                 left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
                 if left is not None and right is not None and left.type == "identifier":
                     self.assignments.setdefault(self.text(left), []).append((node.start_byte, right))
@@ -156,9 +161,7 @@ class _Context:
     # -- calls ---------------------------------------------------------------------------
     def call_sources(self) -> list[Source]:
         out = []
-        for node in _walk(self.root):
-            if node.type != "call":
-                continue
+        for node in self.index["call"]:
             fn = node.child_by_field_name("function")
             if fn is None:
                 continue
@@ -297,9 +300,8 @@ class _Context:
         covered = [(s.file_start, s.file_start + len(s.shadow)) for src in have[1:]
                    for s in src.segs if s.file_start is not None]
         out = []
-        for node in _walk(self.root):
-            if node.type not in ("string", "concatenated_string"):
-                continue
+        for node in sorted(self.index["string"] + self.index["concatenated_string"],
+                           key=lambda n: n.start_byte):
             if node.parent is not None and node.parent.type == "concatenated_string":
                 continue
             body = self.code[node.start_byte:node.end_byte]
@@ -353,11 +355,29 @@ def _undouble(buf: bytearray) -> None:
 
 
 def _walk(node: ts.Node):
+    """Named nodes under `node`, in document order (anonymous tokens are never needed here)."""
     stack = [node]
     while stack:
         n = stack.pop()
         yield n
-        stack.extend(reversed(n.children))
+        stack.extend(reversed(n.named_children))
+
+
+class _Index:
+    """The named nodes of one tree by type, collected in one walk."""
+
+    def __init__(self, root: ts.Node, types: tuple[str, ...]):
+        self.nodes: dict[str, list[ts.Node]] = {t: [] for t in types}
+        for n in _walk(root):
+            bucket = self.nodes.get(n.type)
+            if bucket is not None:
+                bucket.append(n)
+
+    def __getitem__(self, t: str) -> list[ts.Node]:
+        return self.nodes[t]
+
+
+_PY_TYPES = ("assignment", "call", "string", "concatenated_string", "decorated_definition")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -384,15 +404,15 @@ class _PyInfo:
         self.launched: set[str] = set()
         self.used_by: dict[str, set[str]] = {}   # name -> the jit functions whose bodies use it
 
-    def scan(self, root: ts.Node, text: bytes) -> None:
-        for node in _walk(root):
-            if node.type == "call":
-                fn = node.child_by_field_name("function")
-                if fn is not None and fn.type == "subscript":
-                    value = fn.child_by_field_name("value")
-                    if value is not None:
-                        self.launched.add(_last_name(text[value.start_byte:value.end_byte]))
-            elif node.type == "decorated_definition" and _jit_decorator(node, text) is not None:
+    def scan(self, index: "_Index", text: bytes) -> None:
+        for node in index["call"]:
+            fn = node.child_by_field_name("function")
+            if fn is not None and fn.type == "subscript":
+                value = fn.child_by_field_name("value")
+                if value is not None:
+                    self.launched.add(_last_name(text[value.start_byte:value.end_byte]))
+        for node in index["decorated_definition"]:
+            if _jit_decorator(node, text) is not None:
                 fn = node.child_by_field_name("definition")
                 name = fn.child_by_field_name("name") if fn is not None else None
                 body = fn.child_by_field_name("body") if fn is not None else None
@@ -422,11 +442,9 @@ def _jit_decorator(dd: ts.Node, text: bytes) -> ts.Node | None:
     return None
 
 
-def _triton_defs(root: ts.Node, text: bytes, info: _PyInfo) -> list[_Def]:
+def _triton_defs(index: "_Index", text: bytes, info: _PyInfo) -> list[_Def]:
     out = []
-    for node in _walk(root):
-        if node.type != "decorated_definition":
-            continue
+    for node in index["decorated_definition"]:
         jit = _jit_decorator(node, text)
         fn = node.child_by_field_name("definition")
         if jit is None or fn is None or fn.type != "function_definition":
@@ -449,9 +467,19 @@ def _triton_defs(root: ts.Node, text: bytes, info: _PyInfo) -> list[_Def]:
     return out
 
 
+def _c_toplevel(root: ts.Node):
+    """Named nodes outside function bodies (no function is defined inside another's body)."""
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        yield n
+        if n.type not in ("compound_statement", "parameter_list", "string_literal", "comment"):
+            stack.extend(reversed(n.named_children))
+
+
 def _c_defs(root: ts.Node, text: bytes, exported: set[str], has_global: bool) -> list[_Def]:
     out = []
-    for node in _walk(root):
+    for node in _c_toplevel(root):
         if node.type != "function_definition":
             continue
         body = node.child_by_field_name("body")
