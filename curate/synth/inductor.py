@@ -46,6 +46,15 @@ def default_workers(device: str) -> int:
     return max(1, cores // 2)
 
 
+def isa_probe_dir() -> str:
+    """Where inductor's CPU-ISA probe programs may stay between runs (see inductor_worker)."""
+    torch_v = _versions().get("torch") or "unknown"
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.path.join(base, "curate", f"inductor-isa-probe-{torch_v}")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
 def generator_name(versions: dict, device: str) -> str:
     torch_v = (versions.get("torch") or "?").split("+")[0]
     name = f"torch-{torch_v}/inductor"
@@ -111,7 +120,7 @@ class InductorSynth(Step):
         import tempfile
         self._cache = tempfile.mkdtemp(prefix="curate-synth-cache-")
         env = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "CURATE_SYNTH_CACHE": self._cache,
-               "CURATE_SYNTH_DEVICE": self.device,
+               "CURATE_SYNTH_DEVICE": self.device, "CURATE_ISA_CACHE": isa_probe_dir(),
                "TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
         # a fresh cache dir for this run (inductor_worker.setup): nothing comes from an earlier
         # run's cache, and the FX graph cache is off, so every row's code is generated anew
@@ -161,5 +170,5 @@ class InductorSynth(Step):
         new, reasons, err = candidate_row(row, cap, self.device)
         if new is None:
             row["error"] = err[-2000:] or None
-            return Outcome.drop(row, *(r for r in reasons if r.startswith("synth:")))
+            return Outcome.drop(row, *reasons)
         return Outcome.keep(new)

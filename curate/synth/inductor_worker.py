@@ -41,11 +41,19 @@ def setup() -> None:
     import torch._dynamo  # noqa: F401
     import torch._inductor.compile_fx  # noqa: F401
     if os.environ.get("CURATE_SYNTH_DEVICE") == "cpu":
+        # Inductor probes the CPU's vector ISAs by compiling ten small programs (a minute on a
+        # small machine). The answer is a fact about this machine and torch, not an output, so
+        # the probes may live in a lasting dir (CURATE_ISA_CACHE); the output caches stay fresh.
+        probe_dir = os.environ.get("CURATE_ISA_CACHE")
         try:
+            if probe_dir:
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = probe_dir
             from torch._inductor.cpu_vec_isa import pick_vec_isa
-            pick_vec_isa()  # compiles probe programs: pay it here, not in a row's timeout
+            pick_vec_isa()  # cached in-process from here on
         except Exception:  # noqa: BLE001
             pass
+        finally:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor-cache")
 
 
 # -- loading the reference -------------------------------------------------------------------

@@ -1,0 +1,173 @@
+"""Run a standalone candidate on its own, in a subprocess, against its reference.
+
+A quick self-check for tests and benchmarks (the real, hostile-proof harness is curate.verify):
+the reference program and the candidate are imported as separate modules, `Model` and
+`ModelNew` are built from the same seed, both run on the same `get_inputs()`, and every output
+is compared with `torch.allclose(atol, rtol)`.
+
+    python -m curate.synth.check REF.py CAND.py [--device cpu|cuda] [--atol A] [--rtol R]
+
+prints one JSON line: {"ok", "max_abs_err", "error", "seconds"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _load(path: str, name: str):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _flat(x):
+    import torch
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for v in x for t in _flat(v)]
+    return [x]
+
+
+def compare(ref_path: str, cand_path: str, device: str, atol: float, rtol: float,
+            seed: int = 0) -> dict:
+    import torch
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        from .interpret import patch_libdevice
+        patch_libdevice()
+    t0 = time.monotonic()
+    tag = Path(cand_path).stem
+    ref = _load(ref_path, f"curate_check_ref_{tag}")
+    cand = _load(cand_path, f"curate_check_cand_{tag}")
+    torch.manual_seed(seed)
+    init = ref.get_init_inputs()
+    torch.manual_seed(seed)
+    model = ref.Model(*init).to(device).eval()
+    torch.manual_seed(seed)
+    model_new = cand.ModelNew(*init).to(device).eval()
+    torch.manual_seed(seed + 1)
+    inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in ref.get_inputs()]
+    with torch.no_grad():
+        expected = _flat(model(*[x.clone() if isinstance(x, torch.Tensor) else x
+                                 for x in inputs]))
+        got = _flat(model_new(*inputs))
+    if device == "cuda":
+        torch.cuda.synchronize()
+    if len(expected) != len(got):
+        return {"ok": False, "error": f"{len(got)} outputs, expected {len(expected)}",
+                "seconds": time.monotonic() - t0}
+    worst, ok = 0.0, True
+    for e, g in zip(expected, got):
+        if not isinstance(e, torch.Tensor):
+            ok = ok and e == g
+            continue
+        if not isinstance(g, torch.Tensor) or g.shape != e.shape:
+            return {"ok": False, "error": "output shape differs", "seconds": time.monotonic() - t0}
+        if e.is_floating_point():
+            ok = ok and torch.allclose(g.to(e.dtype), e, atol=atol, rtol=rtol)
+            if e.numel():
+                worst = max(worst, (g.double() - e.double()).abs().max().item())
+        else:
+            ok = ok and torch.equal(g.to(e.dtype), e)
+    return {"ok": bool(ok), "max_abs_err": worst, "seconds": time.monotonic() - t0}
+
+
+def check_candidate(pytorch_code: str, kernel_code: str, *, device: str = "cpu",
+                    atol: float = 1e-2, rtol: float = 1e-2, timeout: float = 600,
+                    env: dict | None = None) -> dict:
+    """Run the pair in a fresh subprocess (candidate code never runs in the caller)."""
+    with tempfile.TemporaryDirectory(prefix="curate-check-") as d:
+        ref_p, cand_p = Path(d, "reference.py"), Path(d, "candidate.py")
+        ref_p.write_text(pytorch_code)
+        cand_p.write_text(kernel_code)
+        pkg_root = str(Path(__file__).resolve().parents[2])
+        full_env = {**os.environ, **(env or {})}
+        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [pkg_root,
+                                                               full_env.get("PYTHONPATH")]))
+        cmd = [sys.executable, "-m", "curate.synth.check", str(ref_p), str(cand_p),
+               "--device", device, "--atol", str(atol), "--rtol", str(rtol)]
+        try:
+            proc = subprocess.run(cmd, cwd=d, env=full_env, capture_output=True, text=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"ok": False, "error": "timeout", "status": "timeout"}
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+        if proc.returncode != 0 or not lines:
+            return {"ok": False, "status": "crashed" if proc.returncode < 0 else "error",
+                    "error": (proc.stderr or proc.stdout)[-3000:]}
+        res = json.loads(lines[-1])
+        res.setdefault("status", "ok" if res.get("ok") else "mismatch")
+        return res
+
+
+def check_many(pairs: list[tuple[str, str]], *, device: str = "cpu", atol: float = 1e-2,
+               rtol: float = 1e-2, timeout: float = 900, env: dict | None = None) -> list[dict]:
+    """Like check_candidate for many (pytorch_code, kernel_code) pairs, in one subprocess
+    (imports paid once); a pair that raises gets its error, the others carry on."""
+    with tempfile.TemporaryDirectory(prefix="curate-check-") as d:
+        items = []
+        for i, (ref, cand) in enumerate(pairs):
+            Path(d, f"ref{i}.py").write_text(ref)
+            Path(d, f"cand{i}.py").write_text(cand)
+            items.append([str(Path(d, f"ref{i}.py")), str(Path(d, f"cand{i}.py"))])
+        Path(d, "batch.json").write_text(json.dumps(items))
+        pkg_root = str(Path(__file__).resolve().parents[2])
+        full_env = {**os.environ, **(env or {})}
+        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [pkg_root,
+                                                               full_env.get("PYTHONPATH")]))
+        cmd = [sys.executable, "-m", "curate.synth.check", "--batch", str(Path(d, "batch.json")),
+               "--device", device, "--atol", str(atol), "--rtol", str(rtol)]
+        try:
+            proc = subprocess.run(cmd, cwd=d, env=full_env, capture_output=True, text=True,
+                                  timeout=timeout)
+            out = proc.stdout
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            proc = None
+        got = {}
+        for ln in out.splitlines():
+            if ln.startswith("{"):
+                rec = json.loads(ln)
+                got[rec.pop("index")] = rec
+        err = "" if proc is None else (proc.stderr or "")[-2000:]
+        return [got.get(i, {"ok": False, "status": "crashed", "error": err or "timeout"})
+                for i in range(len(pairs))]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("ref", nargs="?")
+    ap.add_argument("cand", nargs="?")
+    ap.add_argument("--batch")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--atol", type=float, default=1e-2)
+    ap.add_argument("--rtol", type=float, default=1e-2)
+    a = ap.parse_args(argv)
+    if a.batch:
+        for i, (ref, cand) in enumerate(json.loads(Path(a.batch).read_text())):
+            try:
+                res = compare(ref, cand, a.device, a.atol, a.rtol)
+                res["status"] = "ok" if res["ok"] else "mismatch"
+            except Exception as exc:  # noqa: BLE001 - one bad pair costs one result
+                res = {"ok": False, "status": "error", "error": f"{type(exc).__name__}: {exc}"[:2000]}
+            res["index"] = i
+            print(json.dumps(res), flush=True)
+        return 0
+    res = compare(a.ref, a.cand, a.device, a.atol, a.rtol)
+    print(json.dumps(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
