@@ -451,3 +451,15 @@ def test_cli_check_solvable_records_the_sample_in_config(tmp_path, monkeypatch):
     sol = json.loads((build / "infill" / "config.json").read_text())["solvability"]
     assert sol["device"] == "cpu" and sol["checked"] == 2  # the CUDA row needs a GPU
     assert "solvability: " in res.output
+
+
+def test_cli_build_dir_to_a_table(tmp_path):
+    build = tmp_path / "b"
+    (build / "data").mkdir(parents=True)
+    write_rows(build / "data" / "train-00000-of-00002.parquet", [row_of("triton_add_relu.py")])
+    write_rows(build / "data" / "train-00001-of-00002.parquet", [row_of("cuda_fstring.py")])
+    out = tmp_path / "infill.parquet"
+    res = CliRunner().invoke(main, ["split-infill", str(build), "-o", str(out), "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert [r["core_name"] for r in read_rows(out)] == ["add_relu_kernel", "rowsum_kernel"]
+    assert not (build / "infill").exists()

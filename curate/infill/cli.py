@@ -9,7 +9,7 @@ import click
 
 from ..errors import BadInput
 from ..report import echo_stage
-from .run import check_sample, split_build_dir, split_table
+from .run import build_input, check_sample, split_build_dir, split_table
 from .split import FIM_FORMATS, GRANULARITIES, MULTI
 
 
@@ -69,7 +69,9 @@ def split_infill(source, out, granularity, multi, fim_format, check, device, qui
             raise BadInput("no build directory here", path=str(src),
                            fix="run `curate build` first, or pass a build directory or a table")
         raise BadInput("no such file or directory", path=str(src), fix="check the path")
-    if out is None:
+    if src.is_dir():
+        src = build_input(src)
+    elif out is None:
         out = src.with_name(f"{src.stem}.infill{src.suffix}")
     st = split_table(src, out, **opts)
     echo_stage(st, out)

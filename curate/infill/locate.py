@@ -139,6 +139,9 @@ _PASS_THROUGH = {"dedent", "strip", "lstrip", "rstrip", "replace", "encode", "st
 
 
 class _Context:
+    """One program: its assignments (to resolve names), the calls that compile source text,
+    and the string literals that hold kernel text."""
+
     def __init__(self, code: bytes, root: ts.Node):
         self.code = code
         self.root = root
@@ -146,10 +149,9 @@ class _Context:
         self._groups = 0
         self.index = _Index(root, _PY_TYPES)
         for node in self.index["assignment"]:
-            if True:
-                left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
-                if left is not None and right is not None and left.type == "identifier":
-                    self.assignments.setdefault(self.text(left), []).append((node.start_byte, right))
+            left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+            if left is not None and right is not None and left.type == "identifier":
+                self.assignments.setdefault(self.text(left), []).append((node.start_byte, right))
 
     def text(self, node: ts.Node) -> str:
         return self.code[node.start_byte:node.end_byte].decode("utf-8", "replace")

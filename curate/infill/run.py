@@ -25,6 +25,23 @@ def split_table(inp: str | Path, out: str | Path, *, granularity: str = "kernel"
     return run_single(step, inp, out, progress=progress)
 
 
+def build_input(build: str | Path) -> Path:
+    """The kept pairs of a build as one table: its only data/ shard, or the shards joined."""
+    build = Path(build)
+    shards = sorted((build / "data").glob("*.parquet"))
+    if not shards:
+        raise BadInput("the build directory has no data/*.parquet shards", path=str(build),
+                       fix="run `curate build` first (or pass a table)")
+    if len(shards) == 1:
+        return shards[0]
+    joined = build / "stages" / "split-infill.input.parquet"
+    with TableWriter(joined) as w:
+        for shard in shards:
+            for batch in read_batches(shard):
+                w.write(batch)
+    return joined
+
+
 def split_build_dir(build: str | Path, *, granularity: str = "kernel", multi: str = "per-kernel",
                     fim_format: str = "none", progress: bool = True) -> tuple[StageStats, dict]:
     """A build's data/ shards -> <build>/infill/train-*.parquet and <build>/infill/config.json.
@@ -33,21 +50,9 @@ def split_build_dir(build: str | Path, *, granularity: str = "kernel", multi: st
     stage's, so that infill/ holds only what the Hub should serve.
     """
     build = Path(build)
-    shards = sorted((build / "data").glob("*.parquet"))
-    if not shards:
-        raise BadInput("the build directory has no data/*.parquet shards", path=str(build),
-                       fix="run `curate build` first (or pass a table)")
     stages = build / "stages"
-    stages.mkdir(parents=True, exist_ok=True)
     table = stages / "split-infill.parquet"
-    if len(shards) == 1:
-        inp = shards[0]
-    else:
-        inp = stages / "split-infill.input.parquet"
-        with TableWriter(inp) as w:
-            for shard in shards:
-                for batch in read_batches(shard):
-                    w.write(batch)
+    inp = build_input(build)
     st = split_table(inp, table, granularity=granularity, multi=multi, fim_format=fim_format,
                      progress=progress)
     written = write_shards(table, build / "infill", split="train")
