@@ -141,6 +141,8 @@ def make_build(root: Path, *, n: int = 30, decontam: str = "skipped", infill: bo
             "curate_version": "0.1.0", "config_name": "infill", "granularity": "kernel",
             "multi": "per-kernel", "fim_format": "none", "pairs_in": n, "pairs_split": n,
             "pairs_rejected": 0, "rows": n, "core_kinds": {}, "reasons": {},
+            "solvability": {"device": "cpu", "checked": 8, "solvable": 7, "full": {},
+                            "empty": {}, "rows": []},
             "shards": ["infill/train-00000-of-00001.parquet"]}))
     rejected = []
     reasons = {"ingest": Counter({"no_get_inputs": 2}),
@@ -276,6 +278,7 @@ def test_body_states_counts_verification_and_reproduction(build):
     assert "curate build --pipeline pipeline.yaml --threshold 2.0 --device cuda" in body
     assert PIPELINE.strip() in body
     assert "mixed-license" in body
+    assert "Solvability check on 8 sampled rows (cpu): 7 solvable" in body
     assert "no license recorded" in body
     for png in ("assets/speedup_histogram.png", "assets/per_source.png", "assets/rejections.png"):
         assert f"]({png})" in body
