@@ -72,6 +72,9 @@ def split_build_dir(build: str | Path, *, granularity: str = "kernel", multi: st
         "fim_format": fim_format,
         "text_column": fim_format != "none",
         "invariant": "prefix + core + suffix == kernel_code",
+        "columns": ["prefix", "core", "suffix", "core_kind", "core_name"]
+        + (["text"] if fim_format != "none" else []),
+        "row_key": ["id", "core_name"],  # a pair with several kernels gives several rows
         "pairs_in": st.rows_in,
         "pairs_split": st.rows_in - st.dropped,
         "pairs_rejected": st.dropped,
