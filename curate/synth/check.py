@@ -111,6 +111,42 @@ def check_candidate(pytorch_code: str, kernel_code: str, *, device: str = "cpu",
         return res
 
 
+def setup() -> None:
+    """WorkerPool setup: import torch once per worker."""
+    import torch  # noqa: F401
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        from .interpret import patch_libdevice
+        patch_libdevice()
+
+
+def handle(task: dict) -> dict:
+    """WorkerPool handler: one pair, compared in this (sandboxed) worker."""
+    if task.get("not_after") and time.time() > task["not_after"]:
+        return {"ok": False, "status": "skipped_deadline"}
+    tag = f"{os.getpid()}_{task.get('index', 0)}"
+    ref_p, cand_p = Path(f"ref_{tag}.py"), Path(f"cand_{tag}.py")
+    ref_p.write_text(task["pytorch_code"])
+    cand_p.write_text(task["kernel_code"])
+    try:
+        res = compare(str(ref_p.resolve()), str(cand_p.resolve()), task.get("device", "cpu"),
+                      task.get("atol", 1e-2), task.get("rtol", 1e-2))
+        res["status"] = "ok" if res["ok"] else "mismatch"
+        return res
+    except Exception as exc:  # noqa: BLE001
+        msg = f"{type(exc).__name__}: {exc}"[:2000]
+        oom = "out of memory" in msg.lower() or "ALLOC_FAILED" in msg
+        return {"ok": False, "status": "oom" if oom else "error", "error": msg}
+    finally:
+        import gc
+        gc.collect()
+        try:
+            import torch
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                torch.cuda.empty_cache()
+        except Exception:  # noqa: BLE001
+            pass
+
+
 def check_many(pairs: list[tuple[str, str]], *, device: str = "cpu", atol: float = 1e-2,
                rtol: float = 1e-2, timeout: float = 900, env: dict | None = None) -> list[dict]:
     """Like check_candidate for many (pytorch_code, kernel_code) pairs, in one subprocess

@@ -111,6 +111,7 @@ class InductorSynth(Step):
         self.resources = Resources(cpus=self.workers, gpus=1 if device == "cuda" else 0)
         self.pool = None
         self._seconds: list[float] = []
+        self.not_after: float | None = None  # epoch seconds: rows not started by then are skipped
 
     def config(self) -> dict:
         return {"device": self.device, "mode": self.mode, **_versions()}
@@ -147,7 +148,7 @@ class InductorSynth(Step):
         if self.pool is None:
             self.setup()
         tasks = [{"pytorch_code": r.get("pytorch_code") or "", "device": self.device,
-                  "mode": self.mode, "seed": 0} for r in rows]
+                  "mode": self.mode, "seed": 0, "not_after": self.not_after} for r in rows]
         for i, res in self.pool.map(tasks):
             row = dict(rows[i])
             self._seconds.append(res.seconds)
