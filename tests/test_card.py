@@ -343,6 +343,15 @@ def test_a_readme_curate_did_not_write_is_saved_first(build):
     assert render_card(build).backup is None  # the second time it is curate's own card
 
 
+def test_a_given_name_sticks_across_renders(build):
+    render_card(build, pretty_name="CUKE: verified kernels, v1.")
+    c = render_card(build, repo_id="org/cuke")  # e.g. `curate push` re-rendering a stale card
+    meta, _ = _split_card(c.path.read_text())
+    assert meta["pretty_name"] == "CUKE: verified kernels, v1."
+    c = render_card(build, repo_id="org/cuke", pretty_name="other")
+    assert _split_card(c.path.read_text())[0]["pretty_name"] == "other"
+
+
 def test_fingerprint_tells_a_stale_card(build):
     render_card(build, repo_id="org/cuke")
     assert is_current(build, "org/cuke")

@@ -13,6 +13,7 @@ import inspect
 import os
 import re
 from dataclasses import dataclass
+from urllib.parse import unquote
 from pathlib import Path
 
 import jinja2
@@ -28,6 +29,7 @@ TEMPLATE = "README.md.j2"
 SECTION_RE = re.compile(r"<!-- curate:begin (?P<name>[\w-]+) -->\n?(?P<body>.*?)"
                         r"<!-- curate:end (?P=name) -->", re.S)
 FINGERPRINT_RE = re.compile(r"<!-- curate-card fingerprint=(?P<fp>[0-9a-f]+)")
+NAME_RE = re.compile(r"<!-- curate-card [^>]*? name=(?P<name>\S+?)\.? Generated")
 
 # The gates of curate verify (curate/verify/gates), by the reason they write into `reasons`.
 GATES = [
@@ -175,12 +177,17 @@ def render_card(build_dir: str | Path = "build", *, repo_id: str | None = None,
                 pretty_name: str | None = None, out: str | Path | None = None) -> Card:
     """Write `<out or build_dir>/README.md` and its `assets/*.png`; keep hand-written sections."""
     build = Path(build_dir)
-    f = gather(build, repo_id=repo_id, pretty_name=pretty_name)
     dest = Path(out) if out else build
-    dest.mkdir(parents=True, exist_ok=True)
-    assets = render_all(f, dest / "assets")
     old_path = dest / CARD
     old_text = old_path.read_text() if old_path.is_file() else ""
+    if pretty_name is None and (m := NAME_RE.search(old_text)):  # a name given once sticks
+        pretty_name = unquote(m["name"])
+        name_given = pretty_name
+    else:
+        name_given = pretty_name
+    f = gather(build, repo_id=repo_id, pretty_name=pretty_name)
+    dest.mkdir(parents=True, exist_ok=True)
+    assets = render_all(f, dest / "assets")
     old = hand_written(old_text)
     backup = None
     if old_text and card_fingerprint(old_text) is None:  # not a card curate wrote: keep a copy
@@ -190,7 +197,7 @@ def render_card(build_dir: str | Path = "build", *, repo_id: str | None = None,
     text = _env().get_template(TEMPLATE).render(
         f=f, front=yaml.safe_dump(front_matter(f), sort_keys=False, allow_unicode=True,
                                   width=1000),
-        assets=assets, repo=repo_id or "ORG/NAME", docs=docs, gates=GATES,
+        assets=assets, repo=repo_id or "ORG/NAME", docs=docs, gates=GATES, name_given=name_given,
         verify=verify_settings(f), tols=tolerances(), sp=f.speedup_summary(),
         dec=f.decontamination)
     kept = []
