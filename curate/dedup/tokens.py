@@ -12,15 +12,17 @@ their code rather than as one opaque token each. Tokens are UTF-8 bytes.
 Two implementations produce the same tokens:
 
 - `ts_tokens` walks the tree-sitter tree: the definition. tree-sitter-python parses at ~4.5 MB/s
-  here, so parsing alone would take 13 of the 15 seconds that 100,000 programs of 1.2 KB may
-  take on two cores.
-- `lex_tokens` needs no parse, ~10x faster: one regular-expression scan that stops only at
-  quotes and '#' finds string literals and comments; the text between them is split with
-  bytes.replace/bytes.split (C loops, ~35 us for 1.6 KB where a tokenizing regular expression
-  takes ~150 us); docstrings are found from line starts and bracket depth. tests/test_dedup.py
-  checks that both agree on every KernelBench problem and bundled example. Where the lexer meets
-  what it cannot be sure of (an unterminated string, a NUL byte) it returns None, and `tokens`
-  falls back to tree-sitter for that program.
+  here and the walk costs as much again (~3 ms for a 1.2 KB program with this Python binding),
+  so tree-sitter alone would take far more than the 15 seconds that 100,000 programs may take
+  on two cores.
+- `lex_blob`/`lex_tokens` need no parse, ~40x faster: one regular-expression scan that stops
+  only at quotes and '#' finds string literals and comments; docstrings are found from line
+  starts and bracket depth; the rest of the text is left as it is and cut into words and
+  punctuation later, in numpy, for a thousand programs at a time (minhash.blob_ids).
+  tests/test_dedup.py checks that both agree on every KernelBench problem, every bundled
+  example and a file of tricky constructs. Where the lexer meets what it cannot be sure of (an
+  unterminated string, a NUL byte) it returns None, and `tokens` falls back to tree-sitter for
+  that program.
 """
 
 from __future__ import annotations
@@ -28,9 +30,8 @@ from __future__ import annotations
 import builtins
 import keyword
 import re
-from functools import lru_cache
-
 import string as _string
+from functools import lru_cache
 
 PUNCTUATION = bytes(c for c in _string.punctuation.encode() if c != ord("_"))
 _PUNCT = [(bytes([c]), b" " + bytes([c]) + b" ") for c in PUNCTUATION]
