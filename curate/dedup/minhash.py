@@ -16,7 +16,7 @@ import multiprocessing
 import os
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
