@@ -149,7 +149,7 @@ def test_canary_tokens_never_reach_the_candidate(tmp_path, cache_dir):
 # -- C++ pairs: built ahead in the compile pool, cached, timed on the CPU -----------------------
 def test_cpp_pair_is_timed_and_compile_errors_are_trimmed(cache_dir):
     rows = [pair("cpp_honest", backend="cpp"), pair("cpp_compile_error", backend="cpp")]
-    with Verifier(device="cpu", workers=1, timeout=240, cache_dir=cache_dir,
+    with Verifier(device="cpu", workers=1, timeout=240, cache_dir=cache_dir, compile_workers=2,
                   time_budget=0.3, gates=False) as v:
         res = {rows[i]["id"]: r for i, r in v.verify(rows)}
     ok, bad = res["cpp_honest"], res["cpp_compile_error"]
@@ -310,3 +310,23 @@ def test_gpu_fused_kernel_is_faster_than_eager(cache_dir):
         assert r.timed_trials >= 20
         # eager makes three passes over 256 MiB tensors (add, gelu, add); fused makes one
         assert r.speedup_ci_low > 1.5, (name, r.speedup, r.speedup_ci_low)
+
+
+def test_throughput_benchmark_sampling_and_agreement_figures():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("verify_throughput",
+                                                  REPO / "benchmarks" / "verify_throughput.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    a = bench.sample_problems(REPO / "examples", 5, seed=0, levels=["1", "2"])
+    assert a == bench.sample_problems(REPO / "examples", 5, seed=0, levels=["1", "2"])
+    assert len(a) == 5 and a != bench.sample_problems(REPO / "examples", 5, seed=1, levels=[])
+    run1 = {"rows": {"p": {"status": "verified", "speedup": 2.0},
+                     "q": {"status": "verified", "speedup": 4.0},
+                     "r": {"status": "incorrect", "speedup": None}}}
+    run2 = {"rows": {"p": {"status": "verified", "speedup": 2.02},
+                     "q": {"status": "verified", "speedup": 3.8},
+                     "r": {"status": "incorrect", "speedup": None}}}
+    agree = bench.agreement(run1, run2)
+    assert agree["pairs_timed_in_both"] == 2 and agree["same_status"] == 3
+    assert agree["median_rel_diff"] == pytest.approx((0.01 + 0.05) / 2)

@@ -130,7 +130,10 @@ class Verifier:
         else:
             self.workers = workers or max(1, min(4, cpus))
             default_comp = max(1, cpus // 2)
-        self.ref_workers = reference_workers or max(1, self.workers // 2)
+        # judges: one per candidate worker on the GPU (each recomputes the reference)
+        self.ref_workers = reference_workers or (
+            self.workers if device == "cuda" else max(1, self.workers // 2))
+        self._inflight = threading.Semaphore(self.workers)
         self.compile_workers = compile_workers if compile_workers is not None else default_comp
         self.compile_ahead = compile_ahead and self.compile_workers > 0
         self.time_budget = time_budget if time_budget is not None else (
@@ -325,6 +328,7 @@ class Verifier:
 
         job = self.jobs / secrets.token_hex(8)
         cand_dir = job / "c"
+        self._inflight.acquire()  # rows between candidate and judge: bounds the saved outputs
         try:
             # 2. the candidate: correctness trials (outputs saved), then timing
             timed = self.device == "cuda" or backend == "cpp"
@@ -352,10 +356,11 @@ class Verifier:
             # 3. the judge: reference outputs computed and compared where no candidate code
             # ever ran; they never leave that worker
             judge = self.pools["reference"].call(self._task(
-                row, "judge", cand_dir=str(cand_dir),
+                row, "judge", cand_dir=str(cand_dir), lock_dir=str(self.tmp / "lock"),
                 cand_structures=value.get("structures") or []))
         finally:
             shutil.rmtree(job, ignore_errors=True)
+            self._inflight.release()
         if not judge.ok or not isinstance(judge.value, dict):
             res.status = "reference_error"
             res.reason(f"judge_{judge.status}")

@@ -316,15 +316,18 @@ def run_judge(task: dict) -> dict:
     ctx = CheckContext(role="judge", device=device, backend=task.get("backend"),
                        pytorch_code=task["pytorch_code"], kernel_code=task.get("kernel_code"))
     ref_outputs, structures = [], []
+    lock = DeviceLock(task.get("lock_dir"))  # the judge's device work must not disturb timing
     try:
         mod = load_module(task["pytorch_code"], "ref", tag)
-        model = build_model(mod.Model, init_args(mod, task["seed_init"], device),
-                            task["seed_init"], device)
+        with lock.shared():
+            model = build_model(mod.Model, init_args(mod, task["seed_init"], device),
+                                task["seed_init"], device)
         for seed in task["seeds"]:
-            inputs = make_inputs(mod, seed, device)
-            with torch.no_grad():
-                out = model(*inputs)
-            _sync(device)
+            with lock.shared():
+                inputs = make_inputs(mod, seed, device)
+                with torch.no_grad():
+                    out = model(*inputs)
+                _sync(device)
             items, struct = flatten_outputs(out)
             ref_outputs.append([x.detach() if isinstance(x, torch.Tensor) else x for x in items])
             structures.append(struct)
@@ -336,21 +339,24 @@ def run_judge(task: dict) -> dict:
         return {"status": "reference_error", "reasons": ["reference_failed", *info["reasons"]],
                 "error": info["error"], "_recycle": info["_recycle"], "env": env_info(device)}
     ctx.ref_outputs = ref_outputs
-    run_hook(checks, "after_reference", ctx)
+    with lock.shared():
+        run_hook(checks, "after_reference", ctx)
     total = Comparison()
     cand_dir = Path(task["cand_dir"])
     cand_structs = task.get("cand_structures") or []
     for t in range(len(task["seeds"])):
         try:
-            items = _load_outputs(cand_dir / f"cand_{t}.pt", device)
+            with lock.shared():
+                items = _load_outputs(cand_dir / f"cand_{t}.pt", device)
         except Exception as exc:  # noqa: BLE001 - a hostile or broken file
             total.fail("outputs_unreadable", f"trial {t}: {type(exc).__name__}: {exc}"[:300])
             break
         if not isinstance(items, list):
             total.fail("outputs_unreadable", f"trial {t}: not a list of outputs")
             break
-        total.merge(compare(ref_outputs[t], items, structures[t],
-                            cand_structs[t] if t < len(cand_structs) else None))
+        with lock.shared():
+            total.merge(compare(ref_outputs[t], items, structures[t],
+                                cand_structs[t] if t < len(cand_structs) else None))
         del items
     del ref_outputs, model
     ctx.ref_outputs = None
@@ -508,8 +514,9 @@ def run_candidate(task: dict) -> dict:
                     except Exception as exc:  # noqa: BLE001
                         plausible = False
                         result["notes"]["local_reference_error"] = f"{type(exc).__name__}: {exc}"[:300]
-                prev_inputs = cand_inputs
-                del out, items, cpu_items
+                # only the in-place trial needs the previous buffers: free them otherwise
+                prev_inputs = cand_inputs if t + 2 == len(seeds) else None
+                del out, items, cpu_items, fresh, cand_inputs
     except BaseException as exc:  # noqa: BLE001
         if isinstance(exc, KeyboardInterrupt):
             raise
