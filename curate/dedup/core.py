@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ..record import content_hash
 from .evalsets import EvalSet
 from .index import RedisIndex, candidate_pairs, cross_pairs, estimate, lsh_params
 from .minhash import Signer, SketchConfig, jaccard, unique_codes
@@ -116,6 +117,8 @@ def dedup(rows: list[dict], *, jaccard_threshold: float = 0.8, on: str = "both",
 def _dedup(rows, jaccard_threshold, on, cfg, evalsets, index, signer, exact_band):
     t0 = time.monotonic()
     n = len(rows)
+    ids = [row.get("id") or content_hash(row.get("pytorch_code"), row.get("kernel_code"))
+           for row in rows]
     b, r = lsh_params(jaccard_threshold, cfg.num_perm)
     stats: dict = {"rows": n, "jaccard": jaccard_threshold, "on": on, "bands": b,
                    "rows_per_band": r, **{f"sketch_{k}": v for k, v in cfg.to_json().items()}}
@@ -194,7 +197,7 @@ def _dedup(rows, jaccard_threshold, on, cfg, evalsets, index, signer, exact_band
     # 5. the persistent index: rows indexed by earlier runs
     prior: dict[int, str] = {}  # root -> indexed key
     if index is not None:
-        prior = _query_index(index, sigs, dist, rows, uf, jaccard_threshold, stats)
+        prior = _query_index(index, sigs, dist, ids, uf, jaccard_threshold, stats)
 
     # 6. representatives
     members: dict[int, list[int]] = {}
@@ -208,7 +211,7 @@ def _dedup(rows, jaccard_threshold, on, cfg, evalsets, index, signer, exact_band
                 decisions[i] = Decision(False, ["duplicate:indexed"], cluster_id=key, dup_of=key)
             continue
         rep = min(group, key=lambda i: rank_key(rows[i], i))
-        rep_id = rows[rep]["id"]
+        rep_id = ids[rep]
         if len(group) > 1:
             clusters += 1
         for i in group:
@@ -220,7 +223,7 @@ def _dedup(rows, jaccard_threshold, on, cfg, evalsets, index, signer, exact_band
                                         dup_of=rep_id)
     for i in range(n):  # rows with nothing to compare (no code in the chosen column)
         if decisions[i].keep and decisions[i].cluster_id is None:
-            decisions[i].cluster_id = rows[i]["id"]
+            decisions[i].cluster_id = ids[i]
     stats["clusters"] = clusters
     stats["dropped_duplicates"] = sum(1 for d in decisions if d.dup_of)
     stats["dropped_contaminated"] = len(contaminated)
@@ -228,7 +231,7 @@ def _dedup(rows, jaccard_threshold, on, cfg, evalsets, index, signer, exact_band
     # 7. index what is kept
     if index is not None:
         kept = [i for i in active if decisions[i].keep]
-        stats["index_added"] = index.insert([rows[i]["id"] for i in kept], sigs[kept])
+        stats["index_added"] = index.insert([ids[i] for i in kept], sigs[kept])
         stats["index_size"] = len(index)
     stats["seconds"] = round(time.monotonic() - t0, 3)
     return DedupResult(decisions, stats)
@@ -288,10 +291,10 @@ def _decontaminate(progs: _Programs, py_u: np.ndarray, evalsets, threshold: floa
     return out
 
 
-def _query_index(index: RedisIndex, sigs: np.ndarray, dist: np.ndarray, rows: list[dict],
+def _query_index(index: RedisIndex, sigs: np.ndarray, dist: np.ndarray, row_ids: list[str],
                  uf: UnionFind, threshold: float, stats: dict) -> dict[int, str]:
     """Roots of clusters that meet a row indexed before -> the indexed key (most similar)."""
-    ids = {row["id"] for row in rows}
+    ids = set(row_ids)
     found = index.query(sigs[dist])
     keys = sorted({k for ks in found for k in ks if k not in ids})
     theirs = index.signatures(keys)
