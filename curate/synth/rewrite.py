@@ -77,8 +77,7 @@ _DROP_CALLS = {"assert_size_stride", "assert_alignment", "torch.cuda.set_device"
                "torch.cpu._DeviceGuard", "start_graph", "end_graph"}
 # names the standalone program provides (anything else in `call` is unsupported)
 PROVIDED = {"torch", "math", "aten", "extern_kernels", "reinterpret_tensor", "empty_strided",
-            "args", "device", "inf", "nan", "align", "triton", "tl", "prims", "operator",
-            "_device", "int", "float", "bool", "len", "range", "tuple", "list", "max", "min",
+            "args", "device", "inf", "nan", "int", "float", "bool", "len", "range", "tuple", "list", "max", "min",
             "divmod", "abs", "round", "str", "print", "isinstance", "slice", "None", "True",
             "False", "sum", "zip", "enumerate", "dict", "getattr"}
 
@@ -206,6 +205,8 @@ def forward_source(slots: list[dict], outputs: list[dict], structure: str) -> st
 
 
 HELPERS = '''
+from math import inf, nan  # noqa: E402,F401  (inductor's output code may spell constants so)
+
 aten = torch.ops.aten
 
 

@@ -39,9 +39,11 @@ def rename_entry(name: str, src: str) -> str:
 
 HEADER = '''# Standalone C++ program written by curate from torch.compile (inductor) CPU output.
 # The kernels ({generator}) are built on first use with inductor's flags and called via ctypes.
+import atexit
 import ctypes
 import math
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -62,6 +64,7 @@ def _load_kernels():
     if _lib is not None:
         return _lib
     out_dir = tempfile.mkdtemp(prefix="curate-cpp-")
+    atexit.register(shutil.rmtree, out_dir, True)
     src = os.path.join(out_dir, "kernels.cpp")
     with open(src, "w") as fh:
         fh.write("#include <torch/csrc/inductor/cpp_prefix.h>\\n")
