@@ -39,3 +39,6 @@ def verify(inp, out, device, workers, timeout, trials):
     st = run_single(Verify(device=device, workers=workers, timeout=timeout, trials=trials),
                     inp, out)
     echo_stage(st, out)
+    statuses = (getattr(st, "extra", None) or {}).get("statuses") or {}
+    for status, n in sorted(statuses.items(), key=lambda kv: -kv[1]):
+        click.echo(f"  {n:6d}  {status}")
