@@ -471,3 +471,27 @@ def test_cli_build_dir_to_a_table(tmp_path):
     assert res.exit_code == 0, res.output
     assert [r["core_name"] for r in read_rows(out)] == ["add_relu_kernel", "rowsum_kernel"]
     assert not (build / "infill").exists()
+
+
+@pytest.mark.parametrize("code,core,warn", [
+    # a variable extended by itself: the definition spans two assignments -> clipped
+    ('src = "__global__ void k(float* x) {"\nsrc = src + "x[0]=1;}"\nm = load_inline("a", "", src)\n',
+     '__global__ void k(float* x) {', "core_clipped"),
+    # "\n".join over a list in a variable: the pieces sit side by side in one list
+    ('parts = ["#include <x>", "__global__ void k(float* x) {", "  x[0] = 1;", "}"]\n'
+     'src = "\\n".join(parts)\nload_inline("n", "", src)\n',
+     '__global__ void k(float* x) {", "  x[0] = 1;", "}', None),
+    # %-formatting: placeholders (and printf's) do not break the parse
+    ('src = """__global__ void k(float* x) { x[0] = %d; printf("%s %%", "a"); }""" % 3\n'
+     'load_inline("n", "", src)\n',
+     '__global__ void k(float* x) { x[0] = %d; printf("%s %%", "a"); }', None),
+    # cupy's RawKernel, a bytes literal
+    ('k = cp.RawKernel(r"""extern "C" __global__ void add(float* b) { b[0] = 1; }""", "add")\n',
+     'extern "C" __global__ void add(float* b) { b[0] = 1; }', None),
+    ('src = b"""__global__ void k(float* x) { x[0] = 1; }"""\n',
+     '__global__ void k(float* x) { x[0] = 1; }', None),
+])
+def test_more_ways_to_build_a_source(code, core, warn):
+    (row,), _ = split_row({"kernel_code": code, "reasons": []})
+    assert row["core"] == core and check_row(row)
+    assert (warn in row["reasons"]) if warn else row["reasons"] == []

@@ -145,13 +145,13 @@ class _Context:
     def __init__(self, code: bytes, root: ts.Node):
         self.code = code
         self.root = root
-        self.assignments: dict[str, list[tuple[int, ts.Node]]] = {}
+        self.assignments: dict[str, list[tuple[int, ts.Node]]] = {}  # name -> (end, value)
         self._groups = 0
         self.index = _Index(root, _PY_TYPES)
         for node in self.index["assignment"]:
             left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
             if left is not None and right is not None and left.type == "identifier":
-                self.assignments.setdefault(self.text(left), []).append((node.start_byte, right))
+                self.assignments.setdefault(self.text(left), []).append((node.end_byte, right))
 
     def text(self, node: ts.Node) -> str:
         return self.code[node.start_byte:node.end_byte].decode("utf-8", "replace")
@@ -220,11 +220,13 @@ class _Context:
         cands = self.assignments.get(self.text(ident))
         if not cands:
             return None
-        before = [v for start, v in cands if start < ident.start_byte]
+        before = [v for end, v in cands if end <= ident.start_byte]  # `s = s + ...` too
         return before[-1] if before else cands[0][1]
 
     # -- string values -------------------------------------------------------------------
-    def resolve(self, node: ts.Node, group: int, seen: set, fmt: bool = False) -> list[Seg]:
+    def resolve(self, node: ts.Node, group: int, seen: set, fmt: bool | str = False) -> list[Seg]:
+        """The segments of a string-valued expression; fmt: `.format` (True) or `%` ("percent")
+        placeholders are blanked so that the text parses as the C it becomes."""
         t = node.type
         if t == "string":
             return [self.literal(node, group, fmt)]
@@ -241,7 +243,7 @@ class _Context:
                 if op.type == "+":
                     return self.resolve(left, group, seen, fmt) + self.resolve(right, group, seen, fmt)
                 if op.type == "%":
-                    return self.resolve(left, group, seen, fmt)
+                    return self.resolve(left, group, seen, "percent")
         if t == "identifier" and node.start_byte not in seen and len(seen) < 32:
             target = self.lookup(node)
             if target is not None:
@@ -253,23 +255,25 @@ class _Context:
                 last = self.text(fn).rsplit(".", 1)[-1].strip()
                 if fn.type == "attribute" and last == "join" and args is not None:
                     items = [a for a in args.named_children if a.type != "comment"]
-                    if len(items) == 1 and items[0].type in ("list", "tuple"):
+                    elements = self.items(items[0], set()) if len(items) == 1 else []
+                    if len(items) == 1 and (items[0].type in ("list", "tuple") or len(elements) > 1
+                                            or elements[0] is not items[0]):
                         segs: list[Seg] = []
-                        for el in items[0].named_children:
+                        for el in elements:
                             segs += self.resolve(el, group, seen, fmt) + [_opaque(group)]
                         return segs
                 if last in _PASS_THROUGH:
                     if fn.type == "attribute":
                         obj = fn.child_by_field_name("object")
                         if obj is not None:
-                            return self.resolve(obj, group, seen, fmt or last == "format")
+                            return self.resolve(obj, group, seen, fmt or (last == "format"))
                     elif args is not None:
                         first = [a for a in args.named_children if a.type != "comment"]
                         if first:
                             return self.resolve(first[0], group, seen, fmt)
         return [_opaque(group)]
 
-    def literal(self, node: ts.Node, group: int, fmt: bool) -> Seg:
+    def literal(self, node: ts.Node, group: int, fmt: bool | str) -> Seg:
         """A string literal's content as it reads in the file (same length, parser-friendly)."""
         start = end = None
         is_f = False
@@ -289,12 +293,15 @@ class _Context:
             for c in node.children:
                 if c.type == "interpolation":
                     _blank(shadow, c.start_byte - start, c.end_byte - start)
-        if is_f or fmt:
+        if fmt == "percent":
+            for m in re.finditer(rb"%(\([^)\n]*\))?[-#0 +]*\d*(\.\d+)?[sdifgeExXrc%]", bytes(shadow)):
+                _blank(shadow, m.start(), m.end())
+        elif is_f or fmt:
             _undouble(shadow)
-        if fmt:
+        if fmt and fmt != "percent":
             for m in re.finditer(rb"\{[^{}\n]*\}", bytes(shadow)):
                 _blank(shadow, m.start(), m.end())
-        return Seg(bytes(shadow), start, group, is_f or fmt)
+        return Seg(bytes(shadow), start, group, is_f or fmt is True)
 
     # -- strings nobody passed to a compiler call we know --------------------------------
     def loose_literals(self, have: list[Source]) -> list[Source]:
@@ -396,6 +403,7 @@ class _Def:
     end: int
     body_start: int
     body_end: int
+    unclosed: bool = False
 
 
 class _PyInfo:
@@ -508,11 +516,11 @@ def _c_defs(root: ts.Node, text: bytes, exported: set[str], has_global: bool) ->
         end = body.end_byte
         if text[body.end_byte - 1:body.end_byte] == b"}" and text[body.start_byte:body.start_byte + 1] == b"{":
             b0, b1 = body.start_byte + 1, body.end_byte - 1
-        else:  # a body the parser had to close itself: keep what is there
+        else:  # a body the parser had to close itself: keep what is there, flagged
             b0, b1 = body.start_byte, body.end_byte
         out.append(_Def(lang, name, name_node.start_byte, name_node.end_byte, outer.start_byte,
-                        max(end, outer.end_byte),
-                        b0, b1))
+                        max(end, outer.end_byte), b0, b1,
+                        unclosed=not text[body.start_byte:body.end_byte].rstrip().endswith(b"}")))
     return out
 
 
@@ -604,7 +612,8 @@ def _map_def(src: Source, d: _Def, code: bytes) -> Core | None:
     spot = _map_range(src, d.name_at, d.name_end, d.name_at)
     if spot is not None and not spot[2]:  # the name as the file spells it (`{name}` in f-strings)
         name = code[spot[0]:spot[1]].decode("utf-8", "replace")
-    return Core(d.lang, name, whole[0], whole[1], body[0], body[1], whole[2] or body[2], label)
+    return Core(d.lang, name, whole[0], whole[1], body[0], body[1],
+                whole[2] or body[2] or d.unclosed, label)
 
 
 def _dedupe(cores: list[Core]) -> list[Core]:
