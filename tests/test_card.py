@@ -113,7 +113,8 @@ def _pairs(n: int, seed: int = 0) -> list[dict]:
             speedup_ci_high=sp * 1.06, ref_ms=ref_ms, kernel_ms=ref_ms / sp,
             max_abs_err=rng.uniform(0, 1e-5), max_rel_err=rng.uniform(0, 1e-4),
             gpu="NVIDIA H200", torch_version="2.11.0", triton_version="3.6.0",
-            cuda_version="12.8", cluster_id=f"c{i // 3:03d}"))
+            cuda_version="12.8", cluster_id=f"c{i // 3:03d}",
+            reasons=["half_precision"] if i % 10 == 0 else []))
     return rows
 
 
@@ -266,10 +267,11 @@ def test_body_states_counts_verification_and_reproduction(build):
     for s in stats["stages"]:  # counts per stage
         assert f"| {s['name']} | {s['rows_in']} | {s['rows_out']} | {s['dropped']} |" in body
     assert "| keep | `below_threshold:2` | 9 |" in body
-    assert "NVIDIA H200 (30 rows)" in body
+    assert "NVIDIA H200 (30)" in body
     assert "torch 2.11.0 (30)" in body and "triton 3.6.0 (30)" in body and "CUDA 12.8 (30)" in body
     assert "`input_mutated`" in body
     assert "`mismatch`: 5 rows (incorrect)" in body  # what the checks caught (rejected.parquet)
+    assert "- `half_precision`: 3 rows" in body  # warnings carried by kept rows
     assert "`input_mutated`: 2 rows (deceptive)" in body
     assert "Empty in every row of this config" in body and "`dup_of`" in body
     assert "| `dup_of` |" not in body

@@ -27,7 +27,7 @@ from ..hub.shards import list_shards
 SUMMARY_COLUMNS = ["source", "backend", "speedup", "speedup_ci_low", "speedup_ci_high", "license",
                    "repo", "gpu", "torch_version", "triton_version", "cuda_version", "generator",
                    "status", "max_abs_err", "max_rel_err", "cluster_id", "core_kind", "ref_ms",
-                   "kernel_ms"]
+                   "kernel_ms", "reasons"]
 
 # SPDX ids -> the Hub's license ids (lower case; anything unknown is stated as "other").
 HUB_LICENSES = {
@@ -126,9 +126,9 @@ class Facts:
         s = self.speedups
         if not s:
             return None
-        q = statistics.quantiles(s, n=10) if len(s) >= 2 else [s[0]] * 9
         low = self.speedups_low
-        return {"n": len(s), "median": statistics.median(s), "p10": q[0], "p90": q[-1],
+        return {"n": len(s), "median": statistics.median(s), "p10": _quantile(s, 0.1),
+                "p90": _quantile(s, 0.9),
                 "min": min(s), "max": max(s), "geomean": statistics.geometric_mean(
                     [max(v, 1e-12) for v in s]),
                 "min_ci_low": min(low) if low else None,
@@ -168,10 +168,15 @@ class Facts:
         return sorted(out, key=lambda r: (-r["count"], r["stage"] or "", r["reason"]))
 
     def caught(self) -> list[dict]:
-        """Reasons on rejected rows that name a check (not the keep filter's status echo)."""
+        """Reasons on dropped rows that failed verification (not the keep filter's own echo)."""
         skip = ("status:", "below_threshold", "speed_not_measured")
         return [r for r in self.rejected_reasons
-                if r["status"] != "-" and not r["reason"].startswith(skip)]
+                if r["status"] not in ("-", "verified") and not r["reason"].startswith(skip)]
+
+    def kept_warnings(self) -> list[tuple[str, int]]:
+        """Reasons carried by kept rows: warnings that did not fail them."""
+        c = Counter(r for rs in self.rows.get("reasons") or [] for r in rs or [])
+        return c.most_common()
 
     def licenses(self) -> list[tuple[str, int]]:
         return self.counter("license")

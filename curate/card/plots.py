@@ -60,6 +60,7 @@ def speedup_histogram(facts: Facts, path: Path) -> Path:
         ax.axvline(med, color="#333333", linestyle=":", linewidth=1.2, label=f"median {med:.2f}x")
         ax.set_xlabel("speedup = reference time / kernel time (bars: median of trials; log scale)")
         ax.set_ylabel("kept pairs")
+        ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         fmt = matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}x")
         ax.xaxis.set_major_formatter(fmt)
         ax.xaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(
@@ -83,7 +84,7 @@ def _where(facts: Facts) -> str:
         return f" on {gpus[0]}"
     if gpus:
         return f" on {len(gpus)} device types"
-    return f" (device: {facts.device})"
+    return " on the CPU" if facts.device == "cpu" else f" (device: {facts.device})"
 
 
 def per_source_table(facts: Facts, path: Path) -> Path:
@@ -98,7 +99,7 @@ def per_source_table(facts: Facts, path: Path) -> Path:
                   str(total_sp["n"] if total_sp else 0),
                   _fmt(total_sp and total_sp["p10"]), _fmt(total_sp and total_sp["median"]),
                   _fmt(total_sp and total_sp["p90"]), _fmt(total_sp and total_sp["max"])])
-    height = 0.45 + 0.3 * (len(cells) + 1)
+    height = max(1.8, 0.45 + 0.3 * (len(cells) + 1))
     fig, ax = plt.subplots(figsize=(9, height), dpi=DPI)
     ax.set_axis_off()
     table = ax.table(cellText=cells, colLabels=header, loc="center", cellLoc="right",
@@ -127,9 +128,11 @@ def per_source_table(facts: Facts, path: Path) -> Path:
 def _bars(ax, labels: list[str], counts: list[int], color: str, rows: int) -> None:
     """Horizontal bars, largest on top, one slot per row of the tallest panel (even bar size)."""
     ys = [rows - 1 - i for i in range(len(labels))]
+    labels = [lb if len(lb) <= 42 else lb[:40] + "..." for lb in labels]
     bars = ax.barh(ys, counts, color=color, height=0.7)
     ax.set_yticks(ys, labels)
     ax.set_ylim(-0.6, rows - 0.4)
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.bar_label(bars, padding=2, fontsize=8)
     ax.tick_params(axis="y", labelsize=8)
     ax.set_xlim(0, max(counts) * 1.18)
@@ -162,10 +165,10 @@ def rejections_chart(facts: Facts, path: Path, top: int = 12) -> Path:
     if caught_top:
         ax2 = axes[0][1]
         _bars(ax2, [k for k, _ in caught_top], [v for _, v in caught_top], "#d62728", rows)
-        ax2.set_xlabel("dropped rows carrying the reason (a row can carry several)")
-        ax2.set_title("What verification caught on those rows", fontsize=10)
+        ax2.set_xlabel("failed rows carrying the reason (a row can carry several)")
+        ax2.set_title("Why verification failed them", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return path
 
