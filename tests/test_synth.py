@@ -4,6 +4,7 @@ Triton interpreter and match the reference; the CPU path end to end on bundled e
 import ast
 import copy
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,11 @@ ROOT = Path(__file__).parents[1]
 CAPTURES = json.loads((FIX / "captures.json").read_text())
 OK = sorted(k for k, v in CAPTURES.items() if v.get("ok"))
 INTERPRET = {"TRITON_INTERPRET": "1"}
+# Under the interpreter a reduction's combine function runs in Python per element: these two
+# take ~40 s each (64-128 programs); the same kernel kinds are covered by faster fixtures
+# (bmm_scale_softmax: persistent softmax; row_sum_looped, full_sum_scalar: looped reductions).
+SLOW = {"softmax_persistent", "column_mean_dim0"}
+RUN_SLOW = os.environ.get("CURATE_SLOW_TESTS") == "1"
 
 
 def reference(name: str) -> str:
@@ -45,6 +51,8 @@ def test_fixtures_cover_the_kernel_kinds_the_issue_names():
 def fixture_results():
     pairs, names = [], []
     for name in OK:
+        if name in SLOW and not RUN_SLOW:
+            continue
         code, _ = program(name)
         pairs.append((reference(name), code))
         names.append(name)
@@ -62,6 +70,8 @@ def fixture_results():
 
 @pytest.mark.parametrize("name", OK)
 def test_rewritten_triton_program_matches_reference_under_interpreter(fixture_results, name):
+    if name in SLOW and not RUN_SLOW:
+        pytest.skip("~40 s under the Triton interpreter: set CURATE_SLOW_TESTS=1 to run it")
     res = fixture_results[name]
     assert res["ok"], res
 
@@ -116,8 +126,7 @@ def test_graph_break_was_captured_as_a_reason():
 
 # -- the CPU path, end to end ------------------------------------------------------------------
 
-EXAMPLES = ["01_gelu_bias_residual.py", "10_row_softmax.py", "21_conv2d_relu_bias.py",
-            "24_mlp_gelu.py"]
+EXAMPLES = ["01_gelu_bias_residual.py", "21_conv2d_relu_bias.py", "24_mlp_gelu.py"]
 HANGS = '''import time
 import torch
 import torch.nn as nn
@@ -152,7 +161,7 @@ def cpu_run(tmp_path_factory):
     rows.append(new_record(id="hang", pytorch_code=HANGS, source="file"))
     rows.append(new_record(id="dies", pytorch_code=DIES, source="file"))
     write_rows(d / "refs.parquet", rows)
-    st = run_single(InductorSynth(device="cpu", workers=2, timeout=60), d / "refs.parquet",
+    st = run_single(InductorSynth(device="cpu", workers=2, timeout=45), d / "refs.parquet",
                     d / "cands.parquet", progress=False)
     return st, read_rows(d / "cands.parquet"), read_rows(d / "cands.rejected.parquet")
 
