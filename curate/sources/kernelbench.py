@@ -42,7 +42,7 @@ def _provenance(root: Path) -> dict:
     src = base / "SOURCE.md"
     if src.is_file():
         text = src.read_text(errors="replace")
-        m = re.search(r"\b([\w.-]+/KernelBench)\b", text)
+        m = re.search(r"\b([\w.-]+/KernelBench|curate/examples)\b", text)
         info["repo"] = m.group(1) if m else None
         m = re.search(r"commit\s+([0-9a-f]{7,40})", text)
         info["commit"] = m.group(1) if m else None
