@@ -56,6 +56,8 @@ def build(spec: dict, out_dir: str | Path, *, progress: bool = True) -> dict:
         "shards": [p.relative_to(out).as_posix() for p in shards],
     }
     (out / "stats.json").write_text(json.dumps(stats, indent=2))
+    from .card.render import render_card  # the card to review before `curate push`
+    render_card(out)
     return stats
 
 

@@ -35,6 +35,7 @@ def build(pipeline_file, threshold, out_dir, device, quiet):
     stats = run_build(spec, out, progress=not quiet)
     click.echo(f"build: {stats['kept']} pairs kept, {stats['rejected']} rejected, "
                f"{stats['seconds']:.1f}s -> {out}")
+    click.echo(f"  review the dataset card: {out / 'README.md'}")
     for s in stats["stages"]:
         note = " (reused)" if s["skipped"] else ""
         click.echo(f"  {s['name']:<16} in {s['rows_in']:6d}  out {s['rows_out']:6d}  "

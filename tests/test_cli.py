@@ -51,7 +51,7 @@ def test_build_ingest_only_pipeline(tmp_path, examples_dir):
     res = CliRunner().invoke(main, ["build", "--pipeline", "pipelines/ingest-only.yaml",
                                     "--out", str(out), "--quiet"])
     assert res.exit_code == 0, res.output
-    for rel in ["pipeline.yaml", "ledger.sqlite", "stages/00-ingest.parquet", "rejected.parquet",
+    for rel in ["pipeline.yaml", "ledger.sqlite", "stages/00-ingest.parquet", "rejected.parquet", "README.md",
                 "stats.json", "data/train-00000-of-00001.parquet"]:
         assert (out / rel).exists(), rel
     import json
