@@ -55,6 +55,9 @@ def setup() -> None:
     device = os.environ.get("CURATE_VERIFY_DEVICE", "cpu")
     if device == "cuda" and torch.cuda.is_available():
         torch.cuda.init()
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        from curate.synth.interpret import patch_libdevice  # erf/tanh... under the interpreter
+        patch_libdevice()
     _baseline = _snapshot()
 
 
