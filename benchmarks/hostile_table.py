@@ -184,7 +184,8 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="first N rows of --candidates")
     ap.add_argument("--skip-fixtures", action="store_true")
     ap.add_argument("--cases", default=None, help="comma-separated case names")
-    ap.add_argument("--backends", default="triton,cuda,cpp")
+    ap.add_argument("--backends", default=None, help="default: triton,cuda on cuda; "
+                    "triton,cuda,cpp on cpu (C++ fixtures run on CPU tensors)")
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--timeout", type=float, default=300)
     args = ap.parse_args(argv)
@@ -199,7 +200,8 @@ def main(argv=None) -> int:
     code = 0
     if not args.skip_fixtures:
         only = set(args.cases.split(",")) if args.cases else None
-        rows = fixture_rows(args.backends.split(","), only)
+        backends = args.backends or ("triton,cuda" if device == "cuda" else "triton,cuda,cpp")
+        rows = fixture_rows(backends.split(","), only)
         results = run_verify(rows, device, args.workers, args.timeout)
         table, counts = fixture_table(rows, results)
         report["fixtures"] = table
