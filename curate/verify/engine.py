@@ -29,6 +29,8 @@ from ..record import row_key
 from .hooks import CheckContext, load_checks, run_hook
 from .timing import speedup_ci
 
+OUTPUT_FILE_LIMIT_GB = 256.0  # a worker may write files this large (candidate outputs)
+
 log = logging.getLogger("curate.verify")
 
 STATUSES = ("verified", "incorrect", "deceptive", "compile_error", "runtime_error", "timeout",
@@ -177,8 +179,10 @@ class Verifier:
         # the GPU: on the H200 machine a confined worker cannot initialize CUDA
         # (cudaGetDeviceCount: error 304), so there the sandbox is the rest of curate.isolation.
         confine = self.confine if self.confine is not None else self.device == "cpu"
+        # Outputs of KernelBench problems reach 8 GiB and travel to the judge as files: a
+        # smaller file-size limit made torch.save fail ("unexpected pos") on the H200 run.
         limits = Limits(memory_gb=self.memory_gb, output_bytes=self.output_bytes,
-                        confine=confine,
+                        file_size_gb=OUTPUT_FILE_LIMIT_GB, confine=confine,
                         writable=(str(self.tmp), str(self.jobs), str(self.cache_dir)))
         scratch = str(self.tmp / "scratch")
         os.makedirs(scratch, exist_ok=True)

@@ -158,10 +158,13 @@ def init_args(mod, seed: int, device: str) -> list:
 
 
 def build_model(cls, args: list, seed: int, device: str):
+    """Both models in eval mode: inference semantics (batch norm uses running statistics, no
+    dropout), the same mode `curate synth inductor` compiles in."""
     _seed_all(seed)
     with _device_ctx(device):
         model = cls(*args)
-    return model.to(device) if hasattr(model, "to") else model
+    model = model.to(device) if hasattr(model, "to") else model
+    return model.eval() if hasattr(model, "eval") else model
 
 
 def share_parameters(ref_model, new_model) -> str:
