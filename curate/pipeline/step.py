@@ -8,6 +8,7 @@ rejected rows and resume; a step only computes.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
@@ -48,7 +49,7 @@ class Outcome:
         return cls(**data)
 
 
-class Step:
+class Step(abc.ABC):
     """Base class of a pipeline step.
 
     Subclasses set `name`, may set `resources` and `batch_size` (None: the whole table in one
@@ -72,15 +73,17 @@ class Step:
     def teardown(self) -> None:
         """Release what setup took."""
 
+    @abc.abstractmethod
     def process(self, rows: list[dict]) -> list[Outcome] | Iterator[tuple[int, Outcome]]:
-        raise NotImplementedError(f"step {self.name} does not implement process()")
+        """Answer every row: Outcomes aligned with `rows`, or (index, Outcome) pairs."""
 
 
 class Filter(Step):
     """A step that answers keep-or-drop for each row, with a reason when it drops."""
 
+    @abc.abstractmethod
     def keep(self, row: dict) -> tuple[bool, str | None]:
-        raise NotImplementedError
+        """(True, None) to keep the row, (False, reason) to drop it."""
 
     def process(self, rows: list[dict]) -> list[Outcome]:
         out = []
@@ -90,7 +93,7 @@ class Filter(Step):
         return out
 
 
-class Source:
+class Source(abc.ABC):
     """The first stage: reads rows from outside (files, repos, the Hub) and yields Outcomes."""
 
     name: str = "source"
@@ -98,5 +101,6 @@ class Source:
     def config(self) -> dict[str, Any]:
         return {}
 
+    @abc.abstractmethod
     def read(self) -> Iterable[list[Outcome]]:
-        raise NotImplementedError
+        """Batches of Outcomes: the rows read, and the ones unusable as dropped rows."""
