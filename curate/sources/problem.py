@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from curate import pyast
 
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
 # Programs that load pretrained weights by name cannot run offline; they are rejected up front.
@@ -13,7 +14,7 @@ _WEIGHT_MARKERS = ("from_pretrained", "import transformers", "from transformers"
 def problem_reasons(code: str) -> list[str]:
     """Why a program is not a usable reference (empty: it is). Never executes the code."""
     try:
-        tree = ast.parse(code)
+        tree = pyast.parse(code)
     except SyntaxError as exc:
         return [f"syntax_error:line{exc.lineno}"]
     names = set()
@@ -31,7 +32,7 @@ def problem_reasons(code: str) -> list[str]:
 def entry_point(code: str) -> str | None:
     """The class that forward()s: `Model` in KernelBench format, else the first nn.Module."""
     try:
-        tree = ast.parse(code)
+        tree = pyast.parse(code)
     except SyntaxError:
         return None
     classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]

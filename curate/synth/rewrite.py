@@ -13,6 +13,7 @@ import ast
 import keyword
 import re
 from dataclasses import dataclass, field
+from curate import pyast
 
 
 class RewriteError(Exception):
@@ -38,7 +39,7 @@ def _const_str(node) -> str | None:
 
 def parse_output_code(code: str) -> Parsed:
     """Find the kernels (`async_compile.triton/cpp_pybinding`) and the `call` function."""
-    tree = ast.parse(code)
+    tree = pyast.parse(code)
     p = Parsed()
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 \
@@ -251,7 +252,7 @@ class extern_kernels:
 
 def strip_reference_main(code: str) -> str:
     """The reference as embedded: unchanged except a trailing `if __name__ == "__main__"` block."""
-    tree = ast.parse(code)
+    tree = pyast.parse(code)
     for node in tree.body:
         if isinstance(node, ast.If) and "__name__" in ast.unparse(node.test):
             lines = code.splitlines(keepends=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
+from curate import pyast
 
 from .rewrite import (HELPERS, RewriteError, forward_source, parse_output_code, rewrite_call,
                       strip_reference_main)
@@ -136,5 +137,5 @@ def build_cpp_program(reference_code: str, capture: dict, generator: str = ""
     program = "".join(parts)
     if any("'''" in src for _, src in kernels.values()):
         raise RewriteError("synth:unsupported_kernel", "kernel source holds '''")
-    ast.parse(program)
+    pyast.parse(program)
     return program, reasons

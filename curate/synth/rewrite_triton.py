@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ast
 
+from curate import pyast
+
 from .rewrite import (HELPERS, RewriteError, forward_source, parse_output_code, rewrite_call,
                       strip_reference_main)
 
@@ -27,7 +29,7 @@ def _is_jit(fn: ast.FunctionDef) -> bool:
 def kernel_functions(name: str, module_src: str) -> tuple[list[str], list[str]]:
     """The `@triton.jit` functions of one kernel module (decorators reduced to `@triton.jit`)
     and the imports they need."""
-    tree = ast.parse(module_src)
+    tree = pyast.parse(module_src)
     funcs, imports = [], []
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -122,5 +124,5 @@ def build_triton_program(reference_code: str, capture: dict, generator: str = ""
     parts.append('    """Model, computed by the kernels above."""\n\n')
     parts.append(forward_source(capture["slots"], capture["outputs"], capture["structure"]))
     program = "".join(parts)
-    ast.parse(program)
+    pyast.parse(program)
     return program, reasons

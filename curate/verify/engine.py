@@ -28,6 +28,7 @@ from ..isolation import Limits, TaskResult, WorkerPool
 from ..record import row_key
 from .hooks import CheckContext, load_checks, run_hook
 from .timing import speedup_ci
+from curate import pyast
 
 OUTPUT_FILE_LIMIT_GB = 256.0  # a worker may write files this large (candidate outputs)
 
@@ -284,13 +285,13 @@ class Verifier:
             res.reason("no_candidate")
             return res
         try:
-            ast.parse(ref_code)
+            pyast.parse(ref_code)
         except SyntaxError as exc:
             res.status, res.error = "reference_error", f"SyntaxError: {exc.msg} (line {exc.lineno})"
             res.reason("reference_syntax_error")
             return res
         try:
-            ast.parse(code)
+            pyast.parse(code)
         except SyntaxError as exc:
             res.status = "compile_error"
             res.error = f"SyntaxError: {exc.msg} (line {exc.lineno}): {(exc.text or '').strip()}"

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
+from curate import pyast
 
 FAIL, WARN = "fail", "warn"
 
@@ -472,7 +473,7 @@ def static_findings(kernel_code: str | None, pytorch_code: str | None = None
     if not kernel_code or not kernel_code.strip():
         return [("no_kernel_code", FAIL)]
     try:
-        tree = ast.parse(kernel_code)
+        tree = pyast.parse(kernel_code)
     except SyntaxError as exc:
         return [(f"syntax_error:line{exc.lineno}", FAIL)]
     prog = _Program(tree, kernel_code)
