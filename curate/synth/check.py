@@ -137,14 +137,8 @@ def handle(task: dict) -> dict:
         oom = "out of memory" in msg.lower() or "ALLOC_FAILED" in msg
         return {"ok": False, "status": "oom" if oom else "error", "error": msg}
     finally:
-        import gc
-        gc.collect()
-        try:
-            import torch
-            if torch.cuda.is_available() and torch.cuda.is_initialized():
-                torch.cuda.empty_cache()
-        except Exception:  # noqa: BLE001
-            pass
+        from .inductor_worker import release_memory
+        release_memory()
 
 
 def check_many(pairs: list[tuple[str, str]], *, device: str = "cpu", atol: float = 1e-2,

@@ -350,14 +350,19 @@ def handle(task: dict) -> dict:
     try:
         return _handle(task)
     finally:
-        import gc
-        gc.collect()
-        try:
-            import torch
-            if torch.cuda.is_available() and torch.cuda.is_initialized():
-                torch.cuda.empty_cache()
-        except Exception:  # noqa: BLE001
-            pass
+        release_memory()
+
+
+def release_memory() -> None:
+    """Give back what a task left: Python garbage and the CUDA caching allocator's free blocks."""
+    import gc
+    gc.collect()
+    try:
+        import torch
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def _oom(exc: BaseException) -> bool:
