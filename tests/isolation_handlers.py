@@ -9,6 +9,8 @@ def handle(task):
     kind = task["kind"]
     if kind == "echo":
         return {"echo": task["value"], "cwd": os.getcwd()}
+    if kind == "pid":
+        return {"pid": os.getpid(), "_recycle": bool(task.get("recycle"))}
     if kind == "env":
         return {"env": dict(os.environ)}
     if kind == "raise":

@@ -73,3 +73,18 @@ def test_scrubbed_env_drops_names_like_secrets(monkeypatch):
     env = scrubbed_env()
     assert "OPENAI_API_KEY" not in env and "SOME_SECRET" not in env
     assert env["CURATE_HARMLESS"] == "y"
+
+
+def test_held_worker_defers_its_replacement_until_the_hold_ends(pool):
+    """A row that handed out device memory keeps its worker alive until it lets go."""
+    with pool.hold() as w:
+        first = w.call({"kind": "pid", "recycle": True}).value["pid"]
+        assert w.alive
+        assert w.call({"kind": "pid"}).value["pid"] == first  # same process, not replaced
+    assert not w.alive  # replaced once the hold ended
+    # the slot is back in the pool and starts a fresh process
+    pids = {pool.call({"kind": "pid"}).value["pid"] for _ in range(4)}
+    assert first not in pids
+    # outside a hold, the request is honoured at once
+    a = pool.call({"kind": "pid", "recycle": True}).value["pid"]
+    assert all(pool.call({"kind": "pid"}).value["pid"] != a for _ in range(4))

@@ -339,3 +339,55 @@ def test_triton_libdevice_kernel_verifies_under_the_interpreter(cache_dir):
         (_, res), = list(v.verify([row]))
     assert res.status == "verified", (res.status, res.reasons, res.error)
     assert res.max_abs_err < 1e-5 and res.speedup is None
+
+
+def test_output_descriptions_from_the_candidate_are_checked(tmp_path):
+    """The judge opens only what `transport.send` writes: a forged description is refused
+    before it reaches CUDA, and a view past its storage is refused."""
+    from curate.verify import transport
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    desc = transport.send([x, None], tmp_path, 0, "files")
+    got = transport.receive(desc, "cpu")
+    assert torch.equal(got[0], x) and got[1] is None
+    good = {"kind": "cuda", "dtype": "float32", "shape": [3, 4], "stride": [4, 1], "offset": 0,
+            "device": 0, "handle": "00", "size": 48, "soffset": 0,
+            "rc_handle": b"/torch_1_2".hex(), "rc_offset": 0, "event": "", "event_sync": False}
+    forged = [{"dtype": "object"}, {"shape": [3, -1]}, {"stride": [4]}, {"handle": "zz"},
+              {"rc_handle": b"../../etc/passwd".hex()}, {"device": True}, {"size": "48"}]
+    for change in forged:
+        with pytest.raises(ValueError):
+            transport.receive({"transport": "cuda_ipc", "items": [{**good, **change}]}, "cpu")
+    with pytest.raises(ValueError):
+        transport.receive({"transport": "pickle", "items": []}, "cpu")
+    with pytest.raises(ValueError):
+        transport.receive({"transport": "cuda_ipc", "items": [{"kind": "exec"}]}, "cpu")
+    transport.check_bounds([3, 4], [4, 1], 0, torch.float32, 48)
+    for shape, stride, off, nbytes in (([3, 4], [4, 1], 1, 48), ([4, 4], [4, 1], 0, 48),
+                                       ([3, 4], [1, 4], 0, 40)):
+        with pytest.raises(ValueError):
+            transport.check_bounds(shape, stride, off, torch.float32, nbytes)
+    transport.check_bounds([0, 4], [4, 1], 0, torch.float32, 0)  # empty views fit anywhere
+
+
+def test_verify_on_cpu_sends_outputs_as_files(cache_dir):
+    with Verifier(device="cpu", workers=1, cache_dir=cache_dir, compile_workers=0) as v:
+        assert v.transport == "files" and v.config()["transport"] == "files"
+    with pytest.raises(ValueError):
+        Verifier(device="cpu", transport="cuda_ipc")
+
+
+@pytest.mark.gpu
+def test_gpu_outputs_reach_the_judge_over_cuda_ipc(cache_dir):
+    """On the GPU the probe between two workers passes and rows verify through CUDA IPC; the
+    same rows give the same verdicts with files."""
+    rows = [pair("triton_gelu_residual", backend="triton", ref=GELU_REF)]
+    verdicts = {}
+    for mode in ("auto", "files"):
+        with Verifier(device="cuda", workers=1, timeout=300, cache_dir=cache_dir,
+                      transport=mode) as v:
+            verdicts[v.transport] = [r for _, r in v.verify(rows)][0]
+    assert set(verdicts) == {"cuda_ipc", "files"}, verdicts.keys()
+    for mode, r in verdicts.items():
+        print(mode, r.status, r.reasons, r.max_abs_err, r.speedup, r.seconds)
+        assert r.status == "verified", (mode, r.status, r.error)
+    assert verdicts["cuda_ipc"].max_abs_err == verdicts["files"].max_abs_err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import queue
@@ -163,6 +164,7 @@ class _Slot:
         self.proc: subprocess.Popen | None = None
         self.scratch: Path | None = None
         self.tasks_done = 0
+        self.pending_kill = False
         self._out = bytearray()
         self._out_total = 0
         self._lock = threading.Lock()
@@ -256,7 +258,9 @@ class _Slot:
         self.proc = None
 
     # -- tasks ---------------------------------------------------------------------------
-    def run(self, task: Any, timeout: float) -> TaskResult:
+    def run(self, task: Any, timeout: float, defer_recycle: bool = False) -> TaskResult:
+        """One task on this worker. With `defer_recycle`, a worker that asks to be replaced
+        lives on until `kill_if_pending()` (what it handed out is still in use)."""
         if self.proc is None or self.proc.poll() is not None:
             self.kill()
             self.start()
@@ -297,9 +301,32 @@ class _Slot:
         self.tasks_done += 1
         if recycle or (self.pool.max_tasks_per_worker
                        and self.tasks_done >= self.pool.max_tasks_per_worker):
+            if defer_recycle and self.proc is not None:
+                self.pending_kill = True
+            else:
+                self.kill()
+                self.tasks_done = 0
+        return res
+
+    def kill_if_pending(self) -> None:
+        if self.pending_kill:
+            self.pending_kill = False
             self.kill()
             self.tasks_done = 0
-        return res
+
+
+class HeldWorker:
+    """A worker taken out of its pool by `WorkerPool.hold()`."""
+
+    def __init__(self, pool: "WorkerPool", slot: _Slot):
+        self.pool, self.slot = pool, slot
+
+    def call(self, task: Any, timeout: float | None = None) -> TaskResult:
+        return self.pool._run_on(self.slot, task, timeout, defer_recycle=True)
+
+    @property
+    def alive(self) -> bool:
+        return self.slot.proc is not None and self.slot.proc.poll() is None
 
 
 class WorkerPool:
@@ -332,15 +359,30 @@ class WorkerPool:
         Do not mix with a concurrent `map` on the same pool."""
         slot = self._free.get()
         try:
-            try:
-                res = slot.run(task, self.timeout if timeout is None else timeout)
-            except Exception as exc:  # the worker could not even start
-                res = TaskResult("crashed", error=f"worker start failed: {exc}")
-                slot.kill()
-            if res.status in ("timeout", "crashed", "output_flood"):
-                self.replaced += 1
-            return res
+            return self._run_on(slot, task, timeout)
         finally:
+            self._free.put(slot)
+
+    def _run_on(self, slot: "_Slot", task: Any, timeout: float | None,
+                defer_recycle: bool = False) -> TaskResult:
+        try:
+            res = slot.run(task, self.timeout if timeout is None else timeout, defer_recycle)
+        except Exception as exc:  # the worker could not even start
+            res = TaskResult("crashed", error=f"worker start failed: {exc}")
+            slot.kill()
+        if res.status in ("timeout", "crashed", "output_flood"):
+            self.replaced += 1
+        return res
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator["HeldWorker"]:
+        """One worker kept for a sequence of tasks (e.g. while another process reads what it
+        handed out); replaced, if it asked to be, only when the hold ends."""
+        slot = self._free.get()
+        try:
+            yield HeldWorker(self, slot)
+        finally:
+            slot.kill_if_pending()
             self._free.put(slot)
 
     def map(self, tasks: Iterable[Any], timeouts: Iterable[float] | None = None

@@ -9,6 +9,7 @@ worker pools, compares outputs and turns timings into speedups with intervals.
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import logging
 import os
@@ -122,20 +123,26 @@ class Verifier:
                  reference_workers: int | None = None, compile_workers: int | None = None,
                  cache_dir: str | os.PathLike | None = None, memory_gb: float | None = None,
                  compile_ahead: bool = True, output_bytes: int = 8 * 2**20, gates: bool = True,
-                 confine: bool | None = None):
+                 confine: bool | None = None, transport: str = "auto"):
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be cpu or cuda, not {device!r}")
         cpus = os.cpu_count() or 2
         self.device, self.timeout, self.trials, self.seed = device, float(timeout), int(trials), seed
         if device == "cuda":
-            self.workers = workers or min(8, max(2, cpus // 4))
+            self.workers = workers or min(8, max(2, cpus * 3 // 8))
             default_comp = max(2, cpus - self.workers - max(1, self.workers // 2))
         else:
             self.workers = workers or max(1, min(4, cpus))
             default_comp = max(1, cpus // 2)
-        # judges: one per candidate worker on the GPU (each recomputes the reference)
+        # judges recompute the reference; a row holds one for about a third of its time
         self.ref_workers = reference_workers or (
-            self.workers if device == "cuda" else max(1, self.workers // 2))
+            max(2, self.workers * 2 // 3) if device == "cuda" else max(1, self.workers // 2))
+        if transport not in ("auto", "files", "cuda_ipc"):
+            raise ValueError(f"transport must be auto, files or cuda_ipc, not {transport!r}")
+        if transport == "cuda_ipc" and device != "cuda":
+            raise ValueError("transport cuda_ipc needs device cuda")
+        # auto: CUDA IPC on the GPU when a probe between two workers passes (see start())
+        self.transport = transport
         self._inflight = threading.Semaphore(self.workers)
         self.compile_workers = compile_workers if compile_workers is not None else default_comp
         self.compile_ahead = compile_ahead and self.compile_workers > 0
@@ -160,6 +167,7 @@ class Verifier:
     # -- lifecycle -------------------------------------------------------------------------
     def config(self) -> dict:
         return {"device": self.device, "trials": self.trials, "seed": self.seed,
+                "transport": self.transport,
                 "time_budget": self.time_budget, "min_timed": self.min_timed, "gates": self.gates}
 
     def start(self) -> None:
@@ -195,6 +203,33 @@ class Verifier:
         if self.compile_ahead:
             self.pools["compile"] = pool(self.compile_workers)
         self._parent_checks = load_checks("parent") if self.gates else []
+        if self.transport == "auto":
+            self.transport = "files"
+            if self.device == "cuda":
+                self.transport = "cuda_ipc" if self._probe_ipc() else "files"
+        log.info("verify: outputs reach the judge by %s", self.transport)
+
+    def _probe_ipc(self) -> bool:
+        """One tensor from a candidate worker to a judge over CUDA IPC: where that fails (no
+        IPC between these processes), outputs travel as files."""
+        try:
+            with self.pools["candidate"].hold() as cw:
+                sent = cw.call({"role": "probe_send", "device": self.device}, 120)
+                if not (sent.ok and isinstance(sent.value, dict) and "export" in sent.value):
+                    log.warning("CUDA IPC probe: the sender failed: %s", sent.error or sent.status)
+                    return False
+                got = self.pools["reference"].call(
+                    {"role": "probe_receive", "device": self.device,
+                     "export": sent.value["export"]}, 120)
+                cw.call({"role": "release"}, 60)
+            ok = got.ok and isinstance(got.value, dict) and got.value.get("status") == "ok"
+            if not ok:
+                log.warning("CUDA IPC probe failed (%s): outputs travel as files",
+                            (got.error or str(got.value))[:300])
+            return ok
+        except Exception as exc:  # noqa: BLE001
+            log.warning("CUDA IPC probe failed (%s): outputs travel as files", exc)
+            return False
 
     def close(self) -> None:
         for p in self.pools.values():
@@ -333,19 +368,30 @@ class Verifier:
 
         job = self.jobs / secrets.token_hex(8)
         cand_dir = job / "c"
+        # with CUDA IPC the candidate worker keeps its outputs on the device until the judge
+        # has read them: the row holds that worker until then
+        ipc = self.transport == "cuda_ipc"
+        hold = self.pools["candidate"].hold() if ipc else contextlib.nullcontext(
+            self.pools["candidate"])
         self._inflight.acquire()  # rows between candidate and judge: bounds the saved outputs
         try:
-            # 2. the candidate: correctness trials (outputs saved), then timing
+            cw = hold.__enter__()
+        except BaseException:
+            self._inflight.release()
+            raise
+        try:
+            # 2. the candidate: correctness trials (outputs handed over), then timing
             timed = self.device == "cuda" or backend == "cpp"
             cand_task = self._task(row, "candidate", cand_dir, time=timed,
                                    lock_dir=str(self.tmp / "lock"), time_budget=self.time_budget,
-                                   min_trials=self.min_timed, max_trials=self.max_timed)
-            cand_res = self.pools["candidate"].call(cand_task)
+                                   min_trials=self.min_timed, max_trials=self.max_timed,
+                                   transport=self.transport)
+            cand_res = cw.call(cand_task)
             if (self.device == "cuda" and cand_res.ok and isinstance(cand_res.value, dict)
                     and "out_of_memory" in (cand_res.value.get("reasons") or [])):
                 # other rows' tensors may have filled the GPU: one more try
                 shutil.rmtree(cand_dir, ignore_errors=True)
-                cand_res = self.pools["candidate"].call(cand_task)
+                cand_res = cw.call(cand_task)
                 res.notes["oom_retry"] = True
             if not self._task_ok(cand_res, res, "candidate"):
                 return res
@@ -360,12 +406,23 @@ class Verifier:
 
             # 3. the judge: reference outputs computed and compared where no candidate code
             # ever ran; they never leave that worker
-            judge = self.pools["reference"].call(self._task(
+            judge_task = self._task(
                 row, "judge", cand_dir=str(cand_dir), lock_dir=str(self.tmp / "lock"),
-                cand_structures=value.get("structures") or []))
+                cand_structures=value.get("structures") or [],
+                cand_exports=value.get("exports") or [])
+            judge = self.pools["reference"].call(judge_task)
+            if (self.device == "cuda" and judge.ok and isinstance(judge.value, dict)
+                    and "out_of_memory" in (judge.value.get("reasons") or [])):
+                judge = self.pools["reference"].call(judge_task)  # as for the candidate
+                res.notes["judge_oom_retry"] = True
         finally:
-            shutil.rmtree(job, ignore_errors=True)
-            self._inflight.release()
+            try:
+                if ipc and cw.alive:
+                    cw.call({"role": "release"}, 60)
+            finally:
+                hold.__exit__(None, None, None)
+                shutil.rmtree(job, ignore_errors=True)
+                self._inflight.release()
         if not judge.ok or not isinstance(judge.value, dict):
             res.status = "reference_error"
             res.reason(f"judge_{judge.status}")

@@ -39,6 +39,7 @@ TIMERS = capture_timers()           # before any candidate code is imported
 from .compare import Comparison, compare, flatten_outputs  # noqa: E402
 from .hooks import CandidateCall, CheckContext, load_checks, run_hook  # noqa: E402
 from .lock import DeviceLock  # noqa: E402
+from . import transport  # noqa: E402
 from .timing import L2Flush, time_cpu, time_cuda  # noqa: E402
 
 _counter = itertools.count()
@@ -71,7 +72,14 @@ def handle(task: dict) -> dict:
         if role == "compile":
             return run_compile(task)
         if role == "candidate":
+            transport.release()  # a row that never released (its parent died) frees here
             return run_candidate(task)
+        if role == "release":
+            return {"status": "ok", "released": transport.release()}
+        if role == "probe_send":
+            return probe_send(task)
+        if role == "probe_receive":
+            return probe_receive(task)
         raise ValueError(f"unknown role {role!r}")
     finally:
         _forget_modules()
@@ -191,10 +199,6 @@ def share_parameters(ref_model, new_model) -> str:
 def _sync(device: str) -> None:
     if device == "cuda":
         TIMERS.cuda_synchronize()
-
-
-def _cpu_outputs(items: list) -> list:
-    return [x.detach().to("cpu", copy=True) if isinstance(x, torch.Tensor) else x for x in items]
 
 
 def _inputs_equal(a: list, b: list) -> bool:
@@ -350,10 +354,11 @@ def run_judge(task: dict) -> dict:
     total = Comparison()
     cand_dir = Path(task["cand_dir"])
     cand_structs = task.get("cand_structures") or []
+    exports = task.get("cand_exports") or []
     for t in range(len(task["seeds"])):
         try:
             with lock.shared():
-                items = _load_outputs(cand_dir / f"cand_{t}.pt", device)
+                items = _receive(exports[t] if t < len(exports) else None, cand_dir, t, device)
         except Exception as exc:  # noqa: BLE001 - a hostile or broken file
             total.fail("outputs_unreadable", f"trial {t}: {type(exc).__name__}: {exc}"[:300])
             break
@@ -375,14 +380,30 @@ def run_judge(task: dict) -> dict:
                     "flags": [f.__dict__ for f in ctx.flags], "notes": ctx.notes})
 
 
-def _load_outputs(path: Path, device: str):
-    """A candidate's saved outputs: tensors only (`weights_only`), memory-mapped when possible."""
-    try:
-        return torch.load(path, map_location=device, weights_only=True, mmap=True)
-    except (RuntimeError, ValueError, OSError) as exc:
-        if "mmap" not in str(exc).lower():
-            raise
-        return torch.load(path, map_location=device, weights_only=True)
+def _receive(desc, cand_dir: Path, trial: int, device: str):
+    """Trial `trial`'s outputs from the candidate: through CUDA IPC, or from a file in the row's
+    job directory. Paths come from this row's directory, never from the candidate's word."""
+    if isinstance(desc, dict) and desc.get("transport") == "cuda_ipc":
+        for spec in desc.get("items") or []:
+            if isinstance(spec, dict) and spec.get("kind") == "file":
+                spec["path"] = str(cand_dir / Path(str(spec.get("path"))).name)
+        return transport.receive(desc, device)
+    return transport.receive({"transport": "files", "path": str(cand_dir / f"cand_{trial}.pt")},
+                             device)
+
+
+def probe_send(task: dict) -> dict:
+    """Does CUDA IPC work between two workers here? The sending half."""
+    x = torch.arange(4096, dtype=torch.float32, device=task["device"]) * 1.5
+    return {"status": "ok", "export": transport.send([x, None], Path.cwd(), 0, "cuda_ipc")}
+
+
+def probe_receive(task: dict) -> dict:
+    items = transport.receive(task["export"], task["device"])
+    want = torch.arange(4096, dtype=torch.float32, device=task["device"]) * 1.5
+    ok = len(items) == 2 and items[1] is None and torch.equal(items[0], want)
+    del items
+    return {"status": "ok" if ok else "mismatch"}
 
 
 def run_compile(task: dict) -> dict:
@@ -437,7 +458,7 @@ def run_candidate(task: dict) -> dict:
     ctx = CheckContext(role="candidate", device=device, backend=backend,
                        pytorch_code=task["pytorch_code"], kernel_code=task["kernel_code"],
                        timers=TIMERS)
-    result: dict = {"status": "ok", "reasons": [], "env": env_info(device), "files": [],
+    result: dict = {"status": "ok", "reasons": [], "env": env_info(device), "exports": [],
                     "structures": [], "timing": None, "notes": ctx.notes}
 
     def done(res: dict) -> dict:
@@ -499,15 +520,15 @@ def run_candidate(task: dict) -> dict:
                     out = new_model(*cand_inputs)
                 _sync(device)
                 items, struct = flatten_outputs(out)
-                cpu_items = _cpu_outputs(items)
+                # the outputs as they are now (before the gates call the model again) leave
+                # for the judge: as files, or as the harness's own device copy (CUDA IPC)
+                sent = transport.send(items, out_dir, t, task.get("transport", "files"))
                 if not _inputs_equal(cand_inputs, fresh):
                     ctx.flag("input_mutated")
                 run_hook(checks, "after_call", ctx, CandidateCall(
                     trial=t, seed=seed, inplace=inplace, inputs=cand_inputs, pristine=fresh,
                     outputs=items, structure=struct))
-                path = out_dir / f"cand_{t}.pt"
-                torch.save(cpu_items, path)
-                result["files"].append(str(path))
+                result["exports"].append(sent)
                 result["structures"].append(struct)
                 if t == 0 and task.get("time"):
                     # a quick look, in this process, at whether timing is worth the device's
@@ -522,7 +543,7 @@ def run_candidate(task: dict) -> dict:
                         result["notes"]["local_reference_error"] = f"{type(exc).__name__}: {exc}"[:300]
                 # only the in-place trial needs the previous buffers: free them otherwise
                 prev_inputs = cand_inputs if t + 2 == len(seeds) else None
-                del out, items, cpu_items, fresh, cand_inputs
+                del out, items, fresh, cand_inputs
     except BaseException as exc:  # noqa: BLE001
         if isinstance(exc, KeyboardInterrupt):
             raise

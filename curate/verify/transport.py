@@ -1,0 +1,167 @@
+"""How a candidate's outputs reach the judge, while the judge's reference outputs never enter
+the candidate's process.
+
+- `files` (the CPU device, and the GPU when CUDA IPC is not available): the candidate worker
+  saves its outputs with `torch.save` into the row's job directory; the judge loads them with
+  `weights_only` (tensors only, no code).
+- `cuda_ipc` (the GPU): the candidate worker copies its outputs, right after the device-wide
+  synchronize, into tensors the harness owns and hands the judge their CUDA IPC handles; the
+  judge maps the same device memory. Nothing goes to the host and back: KernelBench outputs
+  reach 8 GiB per trial, and the host round trip (copy, write, read, copy) was most of verify's
+  time on the H200. The row holds the candidate worker (`WorkerPool.hold`) until the judge is
+  done, then asks it to `release()`. The judge opens only what the description allows: known
+  dtypes, integer shapes, handles as bytes, the ref-counter name checked against torch's form.
+
+Worker side only: nothing here runs in the parent.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+
+TRANSPORTS = ("files", "cuda_ipc")
+
+_HELD: list = []      # the candidate worker's exported tensors, until release()
+
+_DTYPES = {str(d).removeprefix("torch."): d for d in (
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16,
+    torch.int32, torch.int64, torch.uint8, torch.bool, torch.complex64, torch.complex128)}
+_RC_NAME = re.compile(rb"^/?[A-Za-z0-9_.-]{1,200}$")
+
+
+def release() -> int:
+    """Drop what this worker exported (the judge has finished with it). Returns the count."""
+    n = len(_HELD)
+    _HELD.clear()
+    if n and torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    return n
+
+
+def send(items: list, out_dir: Path, trial: int, transport: str) -> dict:
+    """Describe trial `trial`'s outputs for the judge (candidate worker). `items` are the flat
+    outputs (tensors or None) after the device-wide synchronize."""
+    if transport == "cuda_ipc":
+        specs = []
+        for i, x in enumerate(items):
+            if x is None:
+                specs.append({"kind": "none"})
+            elif isinstance(x, torch.Tensor) and x.is_cuda and x.numel() > 0:
+                own = x.detach().clone()      # the harness's copy: later writes by the candidate
+                _HELD.append(own)             # to its own buffers do not reach the judge
+                specs.append(_ipc_spec(own))
+            else:
+                path = out_dir / f"cand_{trial}_{i}.pt"
+                torch.save(x.detach().to("cpu", copy=True), path)
+                specs.append({"kind": "file", "path": str(path)})
+        torch.cuda.synchronize()
+        return {"transport": "cuda_ipc", "items": specs}
+    path = out_dir / f"cand_{trial}.pt"
+    torch.save([x.detach().to("cpu", copy=True) if isinstance(x, torch.Tensor) else x
+                for x in items], path)
+    return {"transport": "files", "path": str(path)}
+
+
+def _ipc_spec(t: torch.Tensor) -> dict:
+    (device, handle, size, soffset, rc_handle, rc_offset, event_handle,
+     event_sync) = t.untyped_storage()._share_cuda_()
+    return {"kind": "cuda", "dtype": str(t.dtype).removeprefix("torch."),
+            "shape": list(t.shape), "stride": list(t.stride()), "offset": t.storage_offset(),
+            "device": int(device), "handle": bytes(handle).hex(), "size": int(size),
+            "soffset": int(soffset), "rc_handle": bytes(rc_handle).hex(),
+            "rc_offset": int(rc_offset),
+            "event": bytes(event_handle).hex() if event_handle else "",
+            "event_sync": bool(event_sync)}
+
+
+def receive(desc, device: str):
+    """The candidate's outputs for one trial, on `device` (judge). Raises ValueError on a
+    description that is not what `send` writes."""
+    if not isinstance(desc, dict):
+        raise ValueError("not an output description")
+    if desc.get("transport") == "files":
+        return _load_file(Path(_str(desc.get("path"))), device)
+    if desc.get("transport") != "cuda_ipc" or not isinstance(desc.get("items"), list):
+        raise ValueError("unknown transport")
+    out = []
+    for spec in desc["items"]:
+        kind = spec.get("kind") if isinstance(spec, dict) else None
+        if kind == "none":
+            out.append(None)
+        elif kind == "file":
+            x = _load_file(Path(_str(spec.get("path"))), device)
+            if not isinstance(x, torch.Tensor):
+                raise ValueError("an output file holds no tensor")
+            out.append(x)
+        elif kind == "cuda":
+            out.append(_open_ipc(spec))
+        else:
+            raise ValueError(f"unknown output kind {kind!r}")
+    return out
+
+
+def _load_file(path: Path, device: str):
+    try:
+        return torch.load(path, map_location=device, weights_only=True, mmap=True)
+    except (RuntimeError, ValueError, OSError) as exc:
+        if "mmap" not in str(exc).lower():
+            raise
+        return torch.load(path, map_location=device, weights_only=True)
+
+
+def _int(v, lo: int = 0) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+        raise ValueError("bad integer in output description")
+    return v
+
+
+def _str(v) -> str:
+    if not isinstance(v, str):
+        raise ValueError("bad string in output description")
+    return v
+
+
+def _hex(v) -> bytes:
+    try:
+        return bytes.fromhex(_str(v))
+    except ValueError as exc:
+        raise ValueError("bad handle in output description") from exc
+
+
+def _open_ipc(spec: dict) -> torch.Tensor:
+    dtype = _DTYPES.get(spec.get("dtype"))
+    if dtype is None:
+        raise ValueError(f"unsupported dtype {spec.get('dtype')!r}")
+    shape = [_int(v) for v in spec.get("shape") or []]
+    stride = [_int(v) for v in spec.get("stride") or []]
+    if len(shape) != len(stride):
+        raise ValueError("shape and stride differ in length")
+    rc = _hex(spec.get("rc_handle"))
+    if not _RC_NAME.match(rc):
+        raise ValueError("bad ref-counter name in output description")
+    event = _hex(spec.get("event")) if spec.get("event") else None
+    device = _int(spec.get("device"))
+    storage = torch.UntypedStorage._new_shared_cuda(
+        device, _hex(spec.get("handle")), _int(spec.get("size")), _int(spec.get("soffset")),
+        rc, _int(spec.get("rc_offset")), event, bool(spec.get("event_sync")))
+    offset = _int(spec.get("offset"))
+    check_bounds(shape, stride, offset, dtype, storage.nbytes())
+    t = torch.empty(0, dtype=dtype, device=f"cuda:{device}")
+    t.set_(storage, offset, shape, stride)
+    return t
+
+
+def check_bounds(shape: list[int], stride: list[int], offset: int, dtype: torch.dtype,
+                 nbytes: int) -> None:
+    """`Tensor.set_` does not check that a view fits its storage: a forged description could
+    make the judge read past the mapped memory."""
+    if any(n == 0 for n in shape):
+        return
+    last = offset + sum((n - 1) * s for n, s in zip(shape, stride))
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    if (last + 1) * itemsize > nbytes:
+        raise ValueError("output view exceeds its storage")
