@@ -144,9 +144,9 @@ def candidate_fp(path: str, device: str, workers, timeout, limit: int | None) ->
         "reproduced_reference": len(reproduced), "flagged_deceptive": len(flagged),
         "false_positive_rate": (len(flagged) / len(reproduced)) if reproduced else None,
         "static_fail_rows": static_rows, "static_fail_reasons": dict(static_fail),
-        "flagged": [{"id": row.get("id"), "entry_point": row.get("entry_point"),
+        "flagged": [{"id": row.get("id"), "path": row.get("path"),
                      "reasons": r["reasons"]} for row, r in flagged][:200],
-        "not_verified": [{"id": row.get("id"), "status": r["status"], "reasons": r["reasons"],
+        "not_verified": [{"id": row.get("id"), "path": row.get("path"), "status": r["status"], "reasons": r["reasons"],
                           "error": (r.get("error") or "")[:400]}
                          for row, r in zip(rows, results) if r["status"] != "verified"][:200],
     }

@@ -191,6 +191,8 @@ def main() -> int:
     ap.add_argument("--rtol", type=float, default=1e-2)
     ap.add_argument("--limit", type=int, default=0, help="first N problems only (smoke runs)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/synth_kernelbench.json"))
+    ap.add_argument("--table", default=None,
+                    help="also write the candidates (a table for verify or hostile_table.py)")
     a = ap.parse_args()
     rows = load_problems(Path(a.kb))
     if a.limit:
@@ -202,6 +204,10 @@ def main() -> int:
     oom = [r for r in rows if "synth:oom" in results[r["path"]].get("reasons", [])]
     if oom and time.time() < synth_end:
         cands.update(synth_pass(oom, a.device, 2, a.timeout, synth_end, results))
+    if a.table and cands:
+        from curate.tableio import write_rows
+        write_rows(a.table, list(cands.values()))
+        print(f"wrote {len(cands)} candidates to {a.table}", flush=True)
     if cands:
         check_pass(cands, a.device, a.check_workers, a.atol, a.rtol, end - 10, results, a.timeout)
         again = {p: c for p, c in cands.items() if results[p].get("check") == "oom"}

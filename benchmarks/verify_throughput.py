@@ -89,7 +89,8 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
         for i, r in v.verify(pairs):
             results[pairs[i]["id"]] = r
         stats = {"workers": v.workers, "reference_workers": v.ref_workers,
-                 "compile_workers": v.compile_workers, "replaced": v.replaced}
+                 "compile_workers": v.compile_workers, "replaced": v.replaced,
+                 "transport": v.transport}
     wall = time.monotonic() - t0
     timed = sum(r.timed_wall_s for r in results.values())
     return {
@@ -99,13 +100,30 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
         "statuses": dict(Counter(r.status for r in results.values())),
         "reasons": dict(Counter(x for r in results.values() for x in r.reasons)),
         "pool": stats,
+        "phase_median_s": _phase_medians(results),
         "rows": {k: {"status": r.status, "speedup": r.speedup, "ci": [r.speedup_ci_low,
                                                                       r.speedup_ci_high],
                      "ref_ms": r.ref_ms, "kernel_ms": r.kernel_ms, "trials": r.timed_trials,
                      "seconds": round(r.seconds, 2), "reasons": r.reasons,
+                     "notes": {k: r.notes.get(k) for k in _PHASES + ("peak_gb", "warm_peak_gb",
+                                                                     "oom_retry")},
                      "error": (r.error or "")[:300] or None}
                  for k, r in results.items()},
     }
+
+
+_PHASES = ("compile_s", "candidate_s", "judge_s")
+
+
+def _phase_medians(results: dict) -> dict:
+    """Median seconds per row of each task (from the rows' notes)."""
+    out = {}
+    for k in _PHASES:
+        vals = [r.notes[k] for r in results.values() if isinstance(r.notes.get(k), (int, float))]
+        out[k] = statistics.median(vals) if vals else None
+    timed = [r.timed_wall_s for r in results.values() if r.timed_wall_s]
+    out["timed_s"] = statistics.median(timed) if timed else None
+    return out
 
 
 def agreement(run1: dict, run2: dict) -> dict:
@@ -281,7 +299,8 @@ def main(argv=None) -> int:
 
     save_partial(pairs=len(pairs))
     run1 = run_verify(pairs, device, args.workers, args.seed, cache_dir)
-    print(f"verify run 1: {len(pairs)} pairs in {run1['wall_s']:.1f}s {run1['statuses']}")
+    print(f"verify run 1: {len(pairs)} pairs in {run1['wall_s']:.1f}s {run1['statuses']} "
+          f"transport={run1['pool']['transport']} phases={run1['phase_median_s']}")
     save_partial(run1=run1)
     run2 = run_verify(pairs, device, args.workers, args.seed, cache_dir)
     print(f"verify run 2: {len(pairs)} pairs in {run2['wall_s']:.1f}s {run2['statuses']}")

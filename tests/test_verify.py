@@ -391,3 +391,19 @@ def test_gpu_outputs_reach_the_judge_over_cuda_ipc(cache_dir):
         print(mode, r.status, r.reasons, r.max_abs_err, r.speedup, r.seconds)
         assert r.status == "verified", (mode, r.status, r.error)
     assert verdicts["cuda_ipc"].max_abs_err == verdicts["files"].max_abs_err
+
+
+def test_memory_gate_lets_a_large_row_wait_for_room():
+    import threading
+    import time as _time
+    from curate.verify.engine import MemoryGate
+    gate = MemoryGate(10.0)
+    gate.acquire(8.0)
+    entered = []
+    t = threading.Thread(target=lambda: (gate.acquire(gate.clamp(50.0)), entered.append(1)))
+    t.start()
+    _time.sleep(0.2)
+    assert not entered  # 8 + 10 (clamped from 50) does not fit in 10
+    gate.release(8.0)
+    t.join(2)
+    assert entered and gate.used == 10.0  # alone, even the largest row runs

@@ -32,6 +32,11 @@ from .timing import speedup_ci
 from curate import pyast
 
 OUTPUT_FILE_LIMIT_GB = 256.0  # a worker may write files this large (candidate outputs)
+# A row's device memory, as a multiple of the compile worker's peak (model, inputs and one
+# forward): the candidate keeps several input and output sets alive for the gates, the judge
+# three reference outputs. Rows enter while their estimates fit in GPU_SHARE of the device.
+ROW_MEMORY_FACTOR = 6.0
+GPU_SHARE = 0.8
 
 log = logging.getLogger("curate.verify")
 
@@ -161,6 +166,7 @@ class Verifier:
         self.stats = Counter()
         self.timed_wall_s = 0.0
         self._lock = threading.Lock()
+        self._memory = MemoryGate(64.0)  # resized from the device in start()
         self._env_info: dict = _local_versions()
         self._parent_checks = None
 
@@ -218,6 +224,7 @@ class Verifier:
                 if not (sent.ok and isinstance(sent.value, dict) and "export" in sent.value):
                     log.warning("CUDA IPC probe: the sender failed: %s", sent.error or sent.status)
                     return False
+                self._memory = MemoryGate(float(sent.value.get("total_gb") or 80.0) * GPU_SHARE)
                 got = self.pools["reference"].call(
                     {"role": "probe_receive", "device": self.device,
                      "export": sent.value["export"]}, 120)
@@ -365,6 +372,8 @@ class Verifier:
                 self._worker_status(comp.value, res)
                 return res
             res.notes["compile_s"] = comp.value.get("seconds")
+            if comp.value.get("peak_gb") is not None:
+                res.notes["warm_peak_gb"] = comp.value["peak_gb"]
 
         job = self.jobs / secrets.token_hex(8)
         cand_dir = job / "c"
@@ -373,11 +382,14 @@ class Verifier:
         ipc = self.transport == "cuda_ipc"
         hold = self.pools["candidate"].hold() if ipc else contextlib.nullcontext(
             self.pools["candidate"])
+        need_gb = self._memory.clamp(ROW_MEMORY_FACTOR * float(res.notes.get("warm_peak_gb") or 0.25))
+        self._memory.acquire(need_gb)
         self._inflight.acquire()  # rows between candidate and judge: bounds the saved outputs
         try:
             cw = hold.__enter__()
         except BaseException:
             self._inflight.release()
+            self._memory.release(need_gb)
             raise
         try:
             # 2. the candidate: correctness trials (outputs handed over), then timing
@@ -387,6 +399,7 @@ class Verifier:
                                    min_trials=self.min_timed, max_trials=self.max_timed,
                                    transport=self.transport)
             cand_res = cw.call(cand_task)
+            res.notes["candidate_s"] = round(cand_res.seconds, 3)
             if (self.device == "cuda" and cand_res.ok and isinstance(cand_res.value, dict)
                     and "out_of_memory" in (cand_res.value.get("reasons") or [])):
                 # other rows' tensors may have filled the GPU: one more try
@@ -411,6 +424,7 @@ class Verifier:
                 cand_structures=value.get("structures") or [],
                 cand_exports=value.get("exports") or [])
             judge = self.pools["reference"].call(judge_task)
+            res.notes["judge_s"] = round(judge.seconds, 3)
             if (self.device == "cuda" and judge.ok and isinstance(judge.value, dict)
                     and "out_of_memory" in (judge.value.get("reasons") or [])):
                 judge = self.pools["reference"].call(judge_task)  # as for the candidate
@@ -423,6 +437,7 @@ class Verifier:
                 hold.__exit__(None, None, None)
                 shutil.rmtree(job, ignore_errors=True)
                 self._inflight.release()
+                self._memory.release(need_gb)
         if not judge.ok or not isinstance(judge.value, dict):
             res.status = "reference_error"
             res.reason(f"judge_{judge.status}")
@@ -527,6 +542,30 @@ class Verifier:
                 self._env_info = {k: env.get(k) for k in
                                   ("gpu", "torch_version", "triton_version", "cuda_version")}
                 self._env_info["_from_worker"] = True
+
+
+class MemoryGate:
+    """A weighted semaphore over device memory (GB): a row waits until its estimate fits beside
+    the rows already running, so that large problems do not run out of memory together."""
+
+    def __init__(self, capacity_gb: float):
+        self.capacity = max(1.0, capacity_gb)
+        self.used = 0.0
+        self._cond = threading.Condition()
+
+    def clamp(self, gb: float) -> float:
+        return min(self.capacity, max(0.0, gb))
+
+    def acquire(self, gb: float) -> None:
+        with self._cond:
+            while self.used > 0 and self.used + gb > self.capacity:
+                self._cond.wait()
+            self.used += gb
+
+    def release(self, gb: float) -> None:
+        with self._cond:
+            self.used = max(0.0, self.used - gb)
+            self._cond.notify_all()
 
 
 def _job_root(tmp: Path, min_free: int = 32 * 2**30) -> Path:

@@ -395,7 +395,9 @@ def _receive(desc, cand_dir: Path, trial: int, device: str):
 def probe_send(task: dict) -> dict:
     """Does CUDA IPC work between two workers here? The sending half."""
     x = torch.arange(4096, dtype=torch.float32, device=task["device"]) * 1.5
-    return {"status": "ok", "export": transport.send([x, None], Path.cwd(), 0, "cuda_ipc")}
+    _, total = torch.cuda.mem_get_info()
+    return {"status": "ok", "total_gb": total / 2**30,
+            "export": transport.send([x, None], Path.cwd(), 0, "cuda_ipc")}
 
 
 def probe_receive(task: dict) -> dict:
@@ -425,6 +427,8 @@ def run_compile(task: dict) -> dict:
     if task.get("warm") and hasattr(cand, "ModelNew"):
         device = task["device"]
         try:
+            if device == "cuda":
+                torch.cuda.reset_peak_memory_stats()
             ref = load_module(task["pytorch_code"], "ref", tag)
             model = build_model(cand.ModelNew, init_args(ref, task["seed_init"], device),
                                 task["seed_init"], device)
@@ -433,6 +437,8 @@ def run_compile(task: dict) -> dict:
                 model(*inputs)
                 _sync(device)
             result["warmed"] = True
+            if device == "cuda":  # model, inputs and one forward: the parent sizes the row by it
+                result["peak_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
         except BaseException as exc:  # noqa: BLE001
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -466,6 +472,8 @@ def run_candidate(task: dict) -> dict:
         return _finish(res)
 
     tag = task.get("tag", "x")
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     ref_mod = load_module(task["pytorch_code"], "ref", tag)
     ctx.ref_module = ref_mod
     run_hook(checks, "before_import", ctx)
@@ -564,6 +572,7 @@ def run_candidate(task: dict) -> dict:
     run_hook(checks, "finish", ctx)
     del ref_model, new_model
     if device == "cuda":
+        result["notes"]["peak_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
         torch.cuda.empty_cache()
     return done(result)
 

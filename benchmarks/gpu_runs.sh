@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The GPU measurements, in the order one device lease runs them. Each phase fits one command of
+# the device tool (10 minutes); results land in $OUT (default benchmarks/results/gpu).
+#
+#   bash benchmarks/gpu_runs.sh tests synth      # GPU tests, then synth over KernelBench L1-3
+#   bash benchmarks/gpu_runs.sh throughput       # verify throughput against a serial harness
+#   bash benchmarks/gpu_runs.sh hostile fp       # hostile fixtures, then false positives
+#
+# Needs: KernelBench in $CURATE_KERNELBENCH (levels 1-3), curate importable (PYTHONPATH).
+set -uo pipefail
+OUT=${OUT:-benchmarks/results/gpu}
+KB=${CURATE_KERNELBENCH:?set CURATE_KERNELBENCH to the KernelBench folder}
+CANDS=${CANDS:-/tmp/curate-kb-candidates.parquet}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+for phase in "$@"; do
+  echo "== $phase $(date -u +%H:%M:%S)"
+  case $phase in
+    tests)
+      timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/ 2>&1 | tail -40 \
+        | tee "$OUT/gpu_tests.log" ;;
+    synth)
+      timeout 440 python3 benchmarks/synth_kernelbench.py --kb "$KB" --device cuda \
+        --deadline "${SYNTH_DEADLINE:-420}" --synth-share 0.6 --workers 12 --check-workers 8 \
+        --table "$CANDS" --out "$OUT/synth_kernelbench_h200.json" > "$OUT/synth.log" 2>&1
+      tail -30 "$OUT/synth.log"; cp "$CANDS" "$OUT/" 2>/dev/null ;;
+    throughput)
+      timeout 580 python3 benchmarks/verify_throughput.py --kernelbench "$KB" --n 60 \
+        --serial 15 --serial-budget "${SERIAL_BUDGET:-330}" \
+        --out "$OUT/verify_throughput_h200.json" 2>&1 | grep -v "^\[" | tail -40 ;;
+    hostile)
+      timeout 200 python3 benchmarks/hostile_table.py --device cuda \
+        --out "$OUT/hostile_gpu.json" 2>&1 | tail -50 ;;
+    fp)
+      timeout "${FP_TIMEOUT:-400}" python3 benchmarks/hostile_table.py --device cuda \
+        --skip-fixtures --candidates "$CANDS" --out "$OUT/gates_fp_kernelbench_h200.json" \
+        2>&1 | tail -20 ;;
+    *) echo "unknown phase $phase"; exit 2 ;;
+  esac
+done
+echo "== done $(date -u +%H:%M:%S)"
