@@ -17,11 +17,11 @@ for phase in "$@"; do
   echo "== $phase $(date -u +%H:%M:%S)"
   case $phase in
     tests)
-      timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/ 2>&1 | tail -40 \
+      timeout "${TESTS_TIMEOUT:-170}" python3 -m pytest -q -m gpu -p no:cacheprovider tests/ 2>&1 | tail -40 \
         | tee "$OUT/gpu_tests.log" ;;
     synth)
-      timeout 440 python3 benchmarks/synth_kernelbench.py --kb "$KB" --device cuda \
-        --deadline "${SYNTH_DEADLINE:-420}" --synth-share 0.6 --workers 12 --check-workers 8 \
+      timeout $(( ${SYNTH_DEADLINE:-390} + 20 )) python3 benchmarks/synth_kernelbench.py --kb "$KB" --device cuda \
+        --deadline "${SYNTH_DEADLINE:-390}" --synth-share 0.6 --workers 12 --check-workers 8 \
         --table "$CANDS" --out "$OUT/synth_kernelbench_h200.json" > "$OUT/synth.log" 2>&1
       tail -30 "$OUT/synth.log"; cp "$CANDS" "$OUT/" 2>/dev/null ;;
     throughput)

@@ -143,7 +143,7 @@ def _open_ipc(spec: dict) -> torch.Tensor:
     rc = _hex(spec.get("rc_handle"))
     if not _RC_NAME.match(rc):
         raise ValueError("bad ref-counter name in output description")
-    event = _hex(spec.get("event")) if spec.get("event") else None
+    event = _hex(spec.get("event") or "")  # bytes, empty when no sync is required
     device = _int(spec.get("device"))
     storage = torch.UntypedStorage._new_shared_cuda(
         device, _hex(spec.get("handle")), _int(spec.get("size")), _int(spec.get("soffset")),
