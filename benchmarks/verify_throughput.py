@@ -106,7 +106,7 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
                      "ref_ms": r.ref_ms, "kernel_ms": r.kernel_ms, "trials": r.timed_trials,
                      "seconds": round(r.seconds, 2), "reasons": r.reasons,
                      "notes": {k: r.notes.get(k) for k in _PHASES + ("peak_gb", "warm_peak_gb",
-                                                                     "oom_retry")},
+                                                                     "alone_retry")},
                      "error": (r.error or "")[:300] or None}
                  for k, r in results.items()},
     }

@@ -11,15 +11,18 @@ from dataclasses import dataclass, field
 
 import torch
 
-# dtype -> (atol, rtol, relative-norm bound). fp32 allows for reordered reductions and fused
-# math; half types for their 10/7-bit mantissas.
+# dtype -> (atol, rtol, relative-norm bound). fp32: KernelBench's elementwise 1e-2 plus a norm
+# bound it lacks. A float32 reference is itself only as exact as TF32 where PyTorch allows TF32
+# (cuDNN convolutions, by default): on the H200, honest inductor candidates of KernelBench's
+# convolution problems differ from eager by up to 1.7e-3 elementwise and 3.1e-4 in relative
+# norm (docs/verify.md). Half types for their 10/7-bit mantissas.
 TOLERANCES: dict[torch.dtype, tuple[float, float, float]] = {
     torch.float64: (1e-6, 1e-6, 1e-7),
-    torch.float32: (1e-3, 1e-3, 1e-4),
+    torch.float32: (1e-2, 1e-2, 1e-3),
     torch.float16: (1e-2, 1e-2, 5e-3),
     torch.bfloat16: (2e-2, 2e-2, 1e-2),
 }
-DEFAULT_TOL = (1e-3, 1e-3, 1e-4)
+DEFAULT_TOL = (1e-2, 1e-2, 1e-3)
 
 
 def tolerance(dtype: torch.dtype) -> tuple[float, float, float]:

@@ -273,20 +273,33 @@ class Verifier:
                 ThreadPoolExecutor(max_workers=max(1, self.compile_workers),
                                    thread_name_prefix="verify-compile") as cex:
             futs = {ex.submit(self._safe_row, row, cex): i for i, row in enumerate(rows)}
+            crowded = []
             for f in as_completed(futs):
                 res = f.result()
-                with self._lock:
-                    self.stats[res.status] += 1
-                    self.timed_wall_s += res.timed_wall_s
-                yield futs[f], res
+                if self.device == "cuda" and "out_of_memory" in res.reasons:
+                    crowded.append(futs[f])  # the device was full of other rows' tensors
+                    continue
+                yield futs[f], self._count(res)
+            # once more, alone on the device: a row that cannot run then has its verdict
+            for i in sorted(crowded):
+                res = self._safe_row(rows[i], cex, exclusive=True)
+                res.notes["alone_retry"] = True
+                yield i, self._count(res)
+
+    def _count(self, res: VerifyResult) -> VerifyResult:
+        with self._lock:
+            self.stats[res.status] += 1
+            self.timed_wall_s += res.timed_wall_s
+        return res
 
     def verify_one(self, row: dict) -> VerifyResult:
         return next(self.verify([row]))[1]
 
-    def _safe_row(self, row: dict, cex: ThreadPoolExecutor) -> VerifyResult:
+    def _safe_row(self, row: dict, cex: ThreadPoolExecutor, exclusive: bool = False
+                  ) -> VerifyResult:
         t0 = time.monotonic()
         try:
-            res = self._row(row, cex)
+            res = self._row(row, cex, exclusive)
         except Exception as exc:  # a harness bug costs the row, loudly
             log.error("verify failed on row %s: %s", row.get("id"), traceback.format_exc())
             res = VerifyResult(status="runtime_error", reasons=["harness_error"],
@@ -314,7 +327,7 @@ class Verifier:
         t.update(extra)
         return t
 
-    def _row(self, row: dict, cex: ThreadPoolExecutor) -> VerifyResult:
+    def _row(self, row: dict, cex: ThreadPoolExecutor, exclusive: bool = False) -> VerifyResult:
         res = VerifyResult()
         ref_code, code = row.get("pytorch_code"), row.get("kernel_code")
         backend = row.get("backend") or infer_backend(code)
@@ -382,7 +395,8 @@ class Verifier:
         ipc = self.transport == "cuda_ipc"
         hold = self.pools["candidate"].hold() if ipc else contextlib.nullcontext(
             self.pools["candidate"])
-        need_gb = self._memory.clamp(ROW_MEMORY_FACTOR * float(res.notes.get("warm_peak_gb") or 0.25))
+        need_gb = self._memory.capacity if exclusive else self._memory.clamp(
+            ROW_MEMORY_FACTOR * float(res.notes.get("warm_peak_gb") or 0.25))
         self._memory.acquire(need_gb)
         self._inflight.acquire()  # rows between candidate and judge: bounds the saved outputs
         try:
@@ -400,12 +414,6 @@ class Verifier:
                                    transport=self.transport)
             cand_res = cw.call(cand_task)
             res.notes["candidate_s"] = round(cand_res.seconds, 3)
-            if (self.device == "cuda" and cand_res.ok and isinstance(cand_res.value, dict)
-                    and "out_of_memory" in (cand_res.value.get("reasons") or [])):
-                # other rows' tensors may have filled the GPU: one more try
-                shutil.rmtree(cand_dir, ignore_errors=True)
-                cand_res = cw.call(cand_task)
-                res.notes["oom_retry"] = True
             if not self._task_ok(cand_res, res, "candidate"):
                 return res
             value = cand_res.value
@@ -425,10 +433,6 @@ class Verifier:
                 cand_exports=value.get("exports") or [])
             judge = self.pools["reference"].call(judge_task)
             res.notes["judge_s"] = round(judge.seconds, 3)
-            if (self.device == "cuda" and judge.ok and isinstance(judge.value, dict)
-                    and "out_of_memory" in (judge.value.get("reasons") or [])):
-                judge = self.pools["reference"].call(judge_task)  # as for the candidate
-                res.notes["judge_oom_retry"] = True
         finally:
             try:
                 if ipc and cw.alive:

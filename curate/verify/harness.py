@@ -215,8 +215,8 @@ def _inputs_equal(a: list, b: list) -> bool:
 _CUDA_FATAL = re.compile(r"illegal memory access|misaligned address|unspecified launch failure|"
                          r"device-side assert|CUDA error|an illegal instruction|"
                          r"cudaErrorLaunch|AcceleratorError", re.IGNORECASE)
-_OOM = re.compile(r"out of memory|CUDA out of memory|std::bad_alloc|Cannot allocate memory",
-                  re.IGNORECASE)
+_OOM = re.compile(r"out of memory|CUDA out of memory|std::bad_alloc|Cannot allocate memory|"
+                  r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED", re.IGNORECASE)
 _BUILD = re.compile(r"Error building extension|CompilationError|ninja: build stopped|"
                     r"error: command .* failed|compilation terminated", re.IGNORECASE)
 
