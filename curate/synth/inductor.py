@@ -149,10 +149,19 @@ class InductorSynth(Step):
             self.setup()
         tasks = [{"pytorch_code": r.get("pytorch_code") or "", "device": self.device,
                   "mode": self.mode, "seed": 0, "not_after": self.not_after} for r in rows]
+        crowded = []
         for i, res in self.pool.map(tasks):
             row = dict(rows[i])
             self._seconds.append(res.seconds)
-            yield i, self._outcome(row, res)
+            outcome = self._outcome(row, res)
+            if self.device == "cuda" and "synth:oom" in (outcome.reasons or []):
+                crowded.append(i)  # other rows filled the GPU: once more, alone, at the end
+                continue
+            yield i, outcome
+        for i in crowded:
+            res = self.pool.call(tasks[i])
+            self._seconds.append(res.seconds)
+            yield i, self._outcome(dict(rows[i]), res)
 
     def _outcome(self, row: dict, res) -> Outcome:
         if res.status == "timeout":
@@ -163,7 +172,9 @@ class InductorSynth(Step):
             return Outcome.drop(row, "synth:crashed")
         if res.status == "error":
             row["error"] = (res.error or "")[-2000:]
-            return Outcome.drop(row, "synth:worker_error")
+            low = row["error"].lower()
+            oom = "out of memory" in low or "alloc_failed" in low
+            return Outcome.drop(row, "synth:oom" if oom else "synth:worker_error")
         cap = res.value or {}
         if not cap.get("ok"):
             row["error"] = (cap.get("error") or "")[-2000:] or None
