@@ -112,7 +112,8 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
     }
 
 
-_PHASES = ("compile_s", "candidate_s", "judge_s")
+_PHASES = ("compile_s", "compile_import_s", "compile_warm_s", "compile_lock_wait_s",
+           "candidate_s", "lock_wait_s", "judge_s")
 
 
 def _phase_medians(results: dict) -> dict:

@@ -385,6 +385,9 @@ class Verifier:
                 self._worker_status(comp.value, res)
                 return res
             res.notes["compile_s"] = comp.value.get("seconds")
+            for k in ("import_s", "warm_s", "lock_wait_s"):
+                if comp.value.get(k) is not None:
+                    res.notes[f"compile_{k}"] = comp.value[k]
             if comp.value.get("peak_gb") is not None:
                 res.notes["warm_peak_gb"] = comp.value["peak_gb"]
 

@@ -423,9 +423,11 @@ def run_compile(task: dict) -> dict:
         info = classify_exception(exc, "import")
         info["_recycle"] = True
         return info
-    result = {"status": "compiled", "seconds": 0.0}
+    result = {"status": "compiled", "seconds": 0.0,
+              "import_s": round(time.monotonic() - t0, 3)}
     if task.get("warm") and hasattr(cand, "ModelNew"):
         device = task["device"]
+        lock = DeviceLock(task.get("lock_dir"))
         try:
             if device == "cuda":
                 torch.cuda.reset_peak_memory_stats()
@@ -433,9 +435,12 @@ def run_compile(task: dict) -> dict:
             model = build_model(cand.ModelNew, init_args(ref, task["seed_init"], device),
                                 task["seed_init"], device)
             inputs = make_inputs(ref, task["seeds"][0], device)
-            with DeviceLock(task.get("lock_dir")).shared(), torch.no_grad():
+            t_warm = time.monotonic()
+            with lock.shared(), torch.no_grad():
                 model(*inputs)
                 _sync(device)
+            result["warm_s"] = round(time.monotonic() - t_warm - lock.waited_s, 3)
+            result["lock_wait_s"] = round(lock.waited_s, 3)
             result["warmed"] = True
             if device == "cuda":  # model, inputs and one forward: the parent sizes the row by it
                 result["peak_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
@@ -512,8 +517,10 @@ def run_candidate(task: dict) -> dict:
     prev_inputs = None
     plausible = True
     try:
-        with lock.shared():
-            for t, seed in enumerate(seeds):
+        # the shared lock per trial, not for the whole loop: a pair waiting to be timed
+        # waits for the longest trial, not for every row's whole correctness phase
+        for t, seed in enumerate(seeds):
+            with lock.shared():
                 fresh = make_inputs(ref_mod, seed, device)
                 inplace = bool(task.get("inplace_last", True) and t == len(seeds) - 1 and t > 0
                                and prev_inputs is not None and _same_layout(prev_inputs, fresh))
@@ -571,6 +578,7 @@ def run_candidate(task: dict) -> dict:
                 return done({**result, **classify_exception(exc, "call")})
     run_hook(checks, "finish", ctx)
     del ref_model, new_model
+    result["notes"]["lock_wait_s"] = round(lock.waited_s, 3)
     if device == "cuda":
         result["notes"]["peak_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
         torch.cuda.empty_cache()

@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import time
 from pathlib import Path
 
 
 class DeviceLock:
     def __init__(self, directory: str | Path | None):
         self.dir = Path(directory) if directory else None
+        self.waited_s = 0.0  # time spent waiting for the lock (reported in the rows' notes)
         if self.dir:
             self.dir.mkdir(parents=True, exist_ok=True)
 
@@ -30,9 +32,11 @@ class DeviceLock:
             return
         gate, main = self._open("turnstile.lock"), self._open("device.lock")
         try:
+            t0 = time.monotonic()
             fcntl.flock(gate, fcntl.LOCK_EX)
             fcntl.flock(main, fcntl.LOCK_SH)
             fcntl.flock(gate, fcntl.LOCK_UN)
+            self.waited_s += time.monotonic() - t0
             yield
         finally:
             os.close(main)
@@ -45,8 +49,10 @@ class DeviceLock:
             return
         gate, main = self._open("turnstile.lock"), self._open("device.lock")
         try:
+            t0 = time.monotonic()
             fcntl.flock(gate, fcntl.LOCK_EX)
             fcntl.flock(main, fcntl.LOCK_EX)
+            self.waited_s += time.monotonic() - t0
             yield
         finally:
             os.close(main)
