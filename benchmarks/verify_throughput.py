@@ -208,7 +208,7 @@ def serial_one(spec_path: str) -> None:
                       "speedup": ref_ms / new_ms if new_ms else None, "phases": phases}))
 
 
-def run_serial(rows: list[dict], device: str, budget_s: float) -> dict:
+def run_serial(rows: list[dict], device: str, budget_s: float, on_pair=None) -> dict:
     out, t0 = [], time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="curate-serial-"))
     for i, row in enumerate(rows):
@@ -227,7 +227,12 @@ def run_serial(rows: list[dict], device: str, budget_s: float) -> dict:
         res["seconds"] = time.monotonic() - ts
         res["id"] = row.get("id")
         out.append(res)
-    wall = time.monotonic() - t0
+        if on_pair is not None:  # a run cut short keeps the pairs it finished
+            on_pair(_serial_summary(out, time.monotonic() - t0))
+    return _serial_summary(out, time.monotonic() - t0)
+
+
+def _serial_summary(out: list[dict], wall: float) -> dict:
     secs = [r["seconds"] for r in out]
     return {"pairs": len(out), "wall_s": wall,
             "seconds_per_pair": statistics.mean(secs) if secs else None,
@@ -308,7 +313,8 @@ def main(argv=None) -> int:
     save_partial(run2=run2)
     by_id = {p["id"]: p for p in problems}
     serial_rows = [by_id.get(p.get("ref_id")) or p for p in pairs][: args.serial]
-    serial = run_serial(serial_rows, device, args.serial_budget)
+    serial = run_serial(serial_rows, device, args.serial_budget,
+                        on_pair=lambda part: save_partial(serial=part))
     print(f"serial harness: {serial['pairs']} pairs in {serial['wall_s']:.1f}s")
 
     synth_s = (report["synth"] or {}).get("seconds", 0.0)

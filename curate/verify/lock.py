@@ -25,25 +25,16 @@ class DeviceLock:
     def _open(self, name: str) -> int:
         return os.open(str(self.dir / name), os.O_RDWR | os.O_CREAT, 0o600)
 
-    @contextlib.contextmanager
     def shared(self):
-        if self.dir is None:
-            yield
-            return
-        gate, main = self._open("turnstile.lock"), self._open("device.lock")
-        try:
-            t0 = time.monotonic()
-            fcntl.flock(gate, fcntl.LOCK_EX)
-            fcntl.flock(main, fcntl.LOCK_SH)
-            fcntl.flock(gate, fcntl.LOCK_UN)
-            self.waited_s += time.monotonic() - t0
-            yield
-        finally:
-            os.close(main)
-            os.close(gate)
+        """Many holders at once (correctness work on the device)."""
+        return self._hold(fcntl.LOCK_SH)
+
+    def exclusive(self):
+        """One holder, nobody else on the device (timed trials)."""
+        return self._hold(fcntl.LOCK_EX)
 
     @contextlib.contextmanager
-    def exclusive(self):
+    def _hold(self, mode: int):
         if self.dir is None:
             yield
             return
@@ -51,7 +42,9 @@ class DeviceLock:
         try:
             t0 = time.monotonic()
             fcntl.flock(gate, fcntl.LOCK_EX)
-            fcntl.flock(main, fcntl.LOCK_EX)
+            fcntl.flock(main, mode)
+            if mode == fcntl.LOCK_SH:  # a reader lets the next one through; a writer keeps
+                fcntl.flock(gate, fcntl.LOCK_UN)  # the turnstile until it is done
             self.waited_s += time.monotonic() - t0
             yield
         finally:
