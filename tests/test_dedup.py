@@ -468,3 +468,60 @@ def test_redis_index_refuses_other_settings(tmp_path, redis_url):
 def test_bad_index_address_is_bad_input():
     with pytest.raises(BadInput):
         Dedup(index="http://localhost/x")
+
+
+def test_evalset_from_a_hub_dataset_is_read_once_then_from_the_cache(tmp_path, monkeypatch,
+                                                                     caplog):
+    """`--against ORG/NAME`: a Hub dataset in KernelBench's Hub layout (parquet with `code`,
+    `level`, `name`), here served by the Hub on loopback; read again with the server gone."""
+    import sys
+    import huggingface_hub.constants as c
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from huggingface_hub import HfApi
+    sys.path.insert(0, str(Path(__file__).parent))
+    from hubserver import HubServer, Token
+    server = HubServer({"hf_w": Token("alice", orgs=["kb"])}).start()
+    try:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf_home" / "hub"))
+        monkeypatch.setattr(c, "HF_HUB_DISABLE_XET", True)
+        monkeypatch.setattr(c, "HF_HUB_OFFLINE", False)
+        monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path / "hf_home" / "hub"))
+        monkeypatch.setattr(c, "ENDPOINT", server.url)
+        monkeypatch.setattr(c, "HUGGINGFACE_CO_URL_TEMPLATE",
+                            server.url + "/{repo_id}/resolve/{revision}/{filename}")
+        evalrows = _evalset_rows(EVALSET)
+        table = pa.table({"code": [r["pytorch_code"] for r in evalrows],
+                          "level": [int(r["path"][5]) for r in evalrows],
+                          "name": [r["path"].split("/")[1] for r in evalrows]})
+        pq.write_table(table, tmp_path / "level_1.parquet")
+        api = HfApi(endpoint=server.url, token="hf_w")
+        api.create_repo("kb/evalset", repo_type="dataset")
+        api.upload_file(path_or_fileobj=str(tmp_path / "level_1.parquet"),
+                        path_in_repo="data/level_1-00000-of-00001.parquet",
+                        repo_id="kb/evalset", repo_type="dataset")
+        relu = next(r for r in evalrows if r["path"] == "level1/19_ReLU.py")
+        inp = tmp_path / "in.jsonl"
+        write_rows(inp, [row(relu["pytorch_code"]), row(PROGRAM)])
+        st = run_single(Dedup(against=["kb/evalset"]), inp, tmp_path / "out.jsonl",
+                        progress=False)
+        assert st.extra["decontaminated"] is True and st.extra["evalset_problems"] == 3
+        rejected = read_rows(tmp_path / "out.rejected.jsonl")
+        assert [r["reasons"] for r in rejected] == [["contaminated:level1/19_ReLU.py"]]
+    finally:
+        server.stop()
+    # the server is gone: the cached copy answers, without the network
+    st = run_single(Dedup(against=["hf://datasets/kb/evalset"]), inp, tmp_path / "out2.jsonl",
+                    progress=False)
+    assert st.extra["decontaminated"] is True and st.rows_out == 1
+    # a Hub dataset that cannot be read is a loud "no decontamination", not a failed build
+    with caplog.at_level(logging.WARNING, logger="curate"):
+        st = run_single(Dedup(against=["kb/missing"]), inp, tmp_path / "out3.jsonl",
+                        progress=False)
+    assert st.extra["decontaminated"] is False and st.extra["evalsets_missing"] == ["kb/missing"]
+    assert "NO DECONTAMINATION" in caplog.text
+    # a path-like spec that does not exist is still a typo, not a Hub id
+    with pytest.raises(BadInput):
+        Dedup(against=["./kb/evalset"])

@@ -15,9 +15,11 @@ from .step import Dedup
 @click.option("-o", "--output", "out", required=True, help="Output table (.parquet or .jsonl).")
 @click.option("--jaccard", type=float, default=0.8, show_default=True,
               help="Rows whose token-shingle Jaccard similarity reaches this are duplicates.")
-@click.option("--against", multiple=True, metavar="PATH",
+@click.option("--against", multiple=True, metavar="PATH|ORG/NAME",
               help="Evaluation set to decontaminate against: a KernelBench folder, problem "
-                   "files or a table; @kernelbench names the local KernelBench copy. Repeatable.")
+                   "files or a table; a Hub dataset id (e.g. ScalingIntelligence/KernelBench, "
+                   "cached once read); @kernelbench names the local KernelBench copy. "
+                   "Repeatable.")
 @click.option("--on", type=click.Choice(ON), default="both", show_default=True,
               help="Compare the reference, the candidate, or both (the pair).")
 @click.option("--index", metavar="redis://HOST:PORT/NAME",

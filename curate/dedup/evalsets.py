@@ -1,7 +1,9 @@
 """Evaluation sets to decontaminate against: KernelBench folders, problem files or tables.
 
-A spec is a path or a named data set (`@kernelbench`, see curate/sources/locate.py). A named set
-that cannot be found is not an error: the build goes on, says so loudly, and records that no
+A spec is a path, a named data set (`@kernelbench`, see curate/sources/locate.py) or a Hub
+dataset id (`ScalingIntelligence/KernelBench`, or `hf://datasets/ORG/NAME`), downloaded once with
+huggingface_hub and read from its cache afterwards (also offline). A named set or Hub dataset that
+cannot be read is not an error: the build goes on, says so loudly, and records that no
 decontamination against it was done (the dataset card states it). An explicit path that does
 not exist is bad input: a typo must not silently turn decontamination off.
 """
@@ -9,6 +11,7 @@ not exist is bad input: a typo must not silently turn decontamination off.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,8 +32,12 @@ class EvalSet:
         return self.path is not None
 
 
+HUB_ID = re.compile(r"^(?:hf://datasets/)?([A-Za-z0-9][\w.-]*/[\w.-]+)$")
+HUB_FILES = ["*.parquet", "*.jsonl", "*.py", "*.json"]
+
+
 def resolve(spec: str) -> Path | None:
-    """The path of an evaluation set; None for a named set that is not here."""
+    """The path of an evaluation set; None for a named set or Hub dataset that cannot be read."""
     from ..sources.ingest import resolve_path
     if spec.startswith("@"):
         try:
@@ -39,11 +46,29 @@ def resolve(spec: str) -> Path | None:
             return None
         return path if path.exists() else None
     path = Path(spec).expanduser()
-    if not path.exists():
-        raise BadInput("no such evaluation set", path=str(path),
-                       fix="point --against at a KernelBench folder or a table, or use "
-                           "@kernelbench")
-    return path
+    if path.exists():
+        return path
+    hub = HUB_ID.match(spec)
+    if hub and (spec.startswith("hf://") or not spec.startswith((".", "/", "~"))):
+        return hub_snapshot(hub.group(1))
+    raise BadInput("no such evaluation set", path=str(path),
+                   fix="point --against at a KernelBench folder or a table, a Hub dataset id "
+                       "(ORG/NAME), or use @kernelbench")
+
+
+def hub_snapshot(repo_id: str) -> Path | None:
+    """A Hub dataset's problem files, from huggingface_hub's cache when it holds them (no
+    network then), else downloaded into it. None when it can be read neither way."""
+    from huggingface_hub import snapshot_download
+    for local_only in (True, False):
+        try:
+            return Path(snapshot_download(repo_id, repo_type="dataset", allow_patterns=HUB_FILES,
+                                          local_files_only=local_only))
+        except Exception as exc:  # noqa: BLE001 - not cached / offline / no such repo
+            err = exc
+    log.warning("evaluation set %s could not be read from the Hub: %s: %s", repo_id,
+                type(err).__name__, str(err).splitlines()[0][:200] if str(err) else "")
+    return None
 
 
 def fingerprint(path: Path | None) -> str:
@@ -66,18 +91,37 @@ def load(spec: str, path: Path | None = None) -> EvalSet:
     ev = EvalSet(spec, path)
     if path is None:
         return ev
-    if path.is_dir() or path.suffix == ".py":
+    tables = _tables_in(path) if path.is_dir() else []
+    if (path.is_dir() and not tables) or path.suffix == ".py":
         from ..sources.kernelbench import read_problems
         for batch in read_problems(path):
             for outcome in batch:
                 row = outcome.dropped if outcome.dropped is not None else outcome.kept[0]
                 ev.labels.append(row.get("path") or row["id"])
                 ev.codes.append(row["pytorch_code"])
-    else:
-        from ..tableio import read_batches
-        for batch in read_batches(path):
+        return ev
+    from ..tableio import read_batches
+    for table in tables or [path]:
+        for batch in read_batches(table):
             for row in batch:
-                if row.get("pytorch_code"):
-                    ev.labels.append(row.get("path") or row.get("id") or f"row{len(ev.labels)}")
-                    ev.codes.append(row["pytorch_code"])
+                code = row.get("pytorch_code") or row.get("code")  # KernelBench on the Hub: code
+                if code:
+                    ev.labels.append(_label(row, len(ev.labels)))
+                    ev.codes.append(code)
     return ev
+
+
+def _tables_in(folder: Path) -> list[Path]:
+    """Tables of a folder that holds no problem files (a Hub dataset's snapshot)."""
+    if any(folder.rglob("*.py")):
+        return []
+    return sorted(p for p in folder.rglob("*") if p.suffix in (".parquet", ".jsonl")
+                  and p.is_file())
+
+
+def _label(row: dict, n: int) -> str:
+    if row.get("path"):
+        return str(row["path"])
+    if row.get("name") is not None and row.get("level") is not None:
+        return f"level{row['level']}/{row['name']}"
+    return str(row.get("name") or row.get("id") or f"row{n}")
