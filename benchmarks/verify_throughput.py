@@ -90,6 +90,7 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
             results[pairs[i]["id"]] = r
         stats = {"workers": v.workers, "reference_workers": v.ref_workers,
                  "compile_workers": v.compile_workers, "replaced": v.replaced,
+                 "recycled": v.recycled,
                  "transport": v.transport}
     wall = time.monotonic() - t0
     timed = sum(r.timed_wall_s for r in results.values())
@@ -105,8 +106,8 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
                                                                       r.speedup_ci_high],
                      "ref_ms": r.ref_ms, "kernel_ms": r.kernel_ms, "trials": r.timed_trials,
                      "seconds": round(r.seconds, 2), "reasons": r.reasons,
-                     "notes": {k: r.notes.get(k) for k in _PHASES + ("peak_gb", "warm_peak_gb",
-                                                                     "alone_retry")},
+                     "notes": {k: r.notes.get(k) for k in _PHASES + (
+                         "peak_gb", "warm_peak_gb", "alone_retry", "patched", "compile_patched")},
                      "error": (r.error or "")[:300] or None}
                  for k, r in results.items()},
     }

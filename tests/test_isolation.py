@@ -82,9 +82,11 @@ def test_held_worker_defers_its_replacement_until_the_hold_ends(pool):
         assert w.alive
         assert w.call({"kind": "pid"}).value["pid"] == first  # same process, not replaced
     assert not w.alive  # replaced once the hold ended
+    assert pool.recycled == 1 and pool.replaced == 0  # on purpose, not a crash
     # the slot is back in the pool and starts a fresh process
     pids = {pool.call({"kind": "pid"}).value["pid"] for _ in range(4)}
     assert first not in pids
     # outside a hold, the request is honoured at once
     a = pool.call({"kind": "pid", "recycle": True}).value["pid"]
     assert all(pool.call({"kind": "pid"}).value["pid"] != a for _ in range(4))
+    assert pool.recycled == 2

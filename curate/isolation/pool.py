@@ -301,6 +301,7 @@ class _Slot:
         self.tasks_done += 1
         if recycle or (self.pool.max_tasks_per_worker
                        and self.tasks_done >= self.pool.max_tasks_per_worker):
+            self.pool.recycled += 1
             if defer_recycle and self.proc is not None:
                 self.pending_kill = True
             else:
@@ -346,7 +347,8 @@ class WorkerPool:
         self.limits, self.scratch_root, self.keep_scratch = limits, scratch_root, keep_scratch
         self.max_tasks_per_worker = max_tasks_per_worker
         self.slots = [_Slot(self, i) for i in range(self.workers)]
-        self.replaced = 0
+        self.replaced = 0   # workers that died, hung or flooded
+        self.recycled = 0   # workers replaced on purpose (asked to be, or max_tasks_per_worker)
         self.secrets = secret_values()
         hide_from_proc(self.secrets)
         self._free: queue.Queue = queue.Queue()

@@ -260,6 +260,11 @@ class Verifier:
     def replaced(self) -> int:
         return sum(p.replaced for p in self.pools.values())
 
+    @property
+    def recycled(self) -> dict:
+        """Workers replaced on purpose, per pool (a fresh process costs seconds on the GPU)."""
+        return {name: p.recycled for name, p in self.pools.items()}
+
     # -- the work --------------------------------------------------------------------------
     def verify(self, rows: Iterable[dict]) -> Iterator[tuple[int, VerifyResult]]:
         """Yield `(index, VerifyResult)` for every row as it finishes."""
@@ -388,6 +393,8 @@ class Verifier:
             for k in ("import_s", "warm_s", "lock_wait_s"):
                 if comp.value.get(k) is not None:
                     res.notes[f"compile_{k}"] = comp.value[k]
+            if (comp.value.get("notes") or {}).get("patched"):
+                res.notes["compile_patched"] = comp.value["notes"]["patched"]
             if comp.value.get("peak_gb") is not None:
                 res.notes["warm_peak_gb"] = comp.value["peak_gb"]
 
