@@ -5,6 +5,7 @@
 #   bash benchmarks/gpu_runs.sh tests synth      # GPU tests, then synth over KernelBench L1-3
 #   bash benchmarks/gpu_runs.sh throughput       # verify throughput against a serial harness
 #   bash benchmarks/gpu_runs.sh hostile fp       # hostile fixtures, then false positives
+#   bash benchmarks/gpu_runs.sh build            # README command 1 (curate build) on the GPU
 #
 # Needs: KernelBench in $CURATE_KERNELBENCH (levels 1-3), curate importable (PYTHONPATH).
 set -uo pipefail
@@ -26,6 +27,12 @@ for phase in "$@"; do
         --deadline "${SYNTH_DEADLINE:-390}" --synth-share 0.6 --workers 12 --check-workers 8 \
         --table "$CANDS" --out "$OUT/synth_kernelbench_h200.json" > "$OUT/synth.log" 2>&1
       tail -30 "$OUT/synth.log"; cp "$CANDS" "$OUT/" 2>/dev/null ;;
+    build)
+      # README command 1 on the GPU: ingest -> synth (Triton) -> dedup -> verify -> keep
+      rm -rf /tmp/curate-gpu-build
+      timeout 400 python3 -m curate build --threshold 2.0 --out /tmp/curate-gpu-build \
+        > "$OUT/build.log" 2>&1; echo "build exit $?"
+      tail -15 "$OUT/build.log"; cp /tmp/curate-gpu-build/stats.json "$OUT/build_stats.json" ;;
     throughput)
       timeout 580 python3 benchmarks/verify_throughput.py --kernelbench "$KB" --n 60 \
         --serial 15 --serial-budget "${SERIAL_BUDGET:-330}" \
