@@ -410,3 +410,28 @@ def test_memory_gate_lets_a_large_row_wait_for_room():
     gate.release(8.0)
     t.join(2)
     assert entered and gate.used == 10.0  # alone, even the largest row runs
+
+
+def test_rows_out_of_memory_run_again_alone_at_the_end(cache_dir):
+    """The scheduling of the GPU's alone retry, exercised on the CPU: the out-of-memory row is
+    answered last, after a second run with the whole memory gate to itself; others run once."""
+    rows = [pair("hostile_oom"), pair("triton_honest"), pair("triton_wrong")]
+    with Verifier(device="cpu", workers=2, timeout=30, cache_dir=cache_dir, memory_gb=2,
+                  gates=False) as v:
+        v.retry_oom_alone = True
+        seen_used = []
+        acquire = v._memory.acquire
+
+        def spy(gb):
+            acquire(gb)
+            seen_used.append((gb, v._memory.used))
+        v._memory.acquire = spy
+        order = [(rows[i]["id"], r) for i, r in v.verify(rows)]
+    assert order[-1][0] == rows[0]["id"]  # answered after everything else
+    oom = order[-1][1]
+    assert oom.status == "runtime_error" and "out_of_memory" in oom.reasons
+    assert oom.notes.get("alone_retry") is True
+    assert all(not r.notes.get("alone_retry") for _, r in order[:-1])
+    # the retry took the whole gate: nothing else held memory beside it
+    assert seen_used[-1] == (v._memory.capacity, v._memory.capacity)
+    assert {r.status for _, r in order[:-1]} == {"verified", "incorrect"}

@@ -167,6 +167,9 @@ class Verifier:
         self.timed_wall_s = 0.0
         self._lock = threading.Lock()
         self._memory = MemoryGate(64.0)  # resized from the device in start()
+        # on the GPU, an out-of-memory row may only have met other rows' tensors: run it again
+        # alone at the end (on the CPU the limit is the worker's own, so a retry cannot help)
+        self.retry_oom_alone = device == "cuda"
         self._env_info: dict = _local_versions()
         self._parent_checks = None
 
@@ -281,7 +284,7 @@ class Verifier:
             crowded = []
             for f in as_completed(futs):
                 res = f.result()
-                if self.device == "cuda" and "out_of_memory" in res.reasons:
+                if self.retry_oom_alone and "out_of_memory" in res.reasons:
                     crowded.append(futs[f])  # the device was full of other rows' tensors
                     continue
                 yield futs[f], self._count(res)
