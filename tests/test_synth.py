@@ -189,6 +189,23 @@ def test_cpu_candidates_run_on_their_own_and_match(cpu_run):
     assert all(res["ok"] for res in results), results
 
 
+def test_max_autotune_mode_is_recorded_and_its_candidates_match(tmp_path):
+    from curate.pipeline.single import run_single
+    from curate.record import new_record
+    from curate.synth.inductor import InductorSynth, generator_name
+    from curate.tableio import read_rows, write_rows
+    assert generator_name({"torch": "2.11.0+cu130", "triton": "3.6.0"}, "cuda") == \
+        "torch-2.11.0/inductor+triton-3.6.0"
+    write_rows(tmp_path / "refs.jsonl", [new_record(
+        id="ex0", pytorch_code=(ROOT / "examples" / EXAMPLES[0]).read_text(), source="file")])
+    run_single(InductorSynth(device="cpu", workers=1, timeout=90, mode="max-autotune"),
+               tmp_path / "refs.jsonl", tmp_path / "cands.jsonl", progress=False)
+    kept = read_rows(tmp_path / "cands.jsonl")
+    assert len(kept) == 1 and kept[0]["generator"].endswith("/inductor:max-autotune")
+    res = check_many([(kept[0]["pytorch_code"], kept[0]["kernel_code"])], atol=1e-4, rtol=1e-4)
+    assert res[0]["ok"], res
+
+
 def test_synth_llm_says_it_is_not_available():
     import subprocess
     import sys

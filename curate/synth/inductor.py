@@ -55,11 +55,14 @@ def isa_probe_dir() -> str:
     return path
 
 
-def generator_name(versions: dict, device: str) -> str:
+def generator_name(versions: dict, device: str, mode: str = "default") -> str:
+    """`torch-2.11.0/inductor+triton-3.6.0`, with `:max-autotune` when not the default mode."""
     torch_v = (versions.get("torch") or "?").split("+")[0]
     name = f"torch-{torch_v}/inductor"
     if device == "cuda" and versions.get("triton"):
         name += f"+triton-{versions['triton']}"
+    if mode and mode != "default":
+        name += f":{mode}"
     return name
 
 
@@ -67,7 +70,7 @@ def candidate_row(row: dict, capture: dict, device: str) -> tuple[dict | None, l
     """(candidate row or None, reasons, error text) for one successful capture."""
     from .rewrite_cpp import build_cpp_program
     from .rewrite_triton import build_triton_program
-    gen = generator_name(capture.get("versions", {}), device)
+    gen = generator_name(capture.get("versions", {}), device, capture.get("mode") or "default")
     try:
         if device == "cuda":
             code, reasons = build_triton_program(row["pytorch_code"], capture, gen)
