@@ -435,3 +435,30 @@ def test_rows_out_of_memory_run_again_alone_at_the_end(cache_dir):
     # the retry took the whole gate: nothing else held memory beside it
     assert seen_used[-1] == (v._memory.capacity, v._memory.capacity)
     assert {r.status for _, r in order[:-1]} == {"verified", "incorrect"}
+
+
+def test_warm_up_reserves_device_memory_from_the_reference_shapes(cache_dir, tmp_path,
+                                                                  monkeypatch):
+    """Compile ahead with a warm-up (the GPU's path for Triton rows, here on a C++ row): the
+    worker reports the reference's sizes from meta tensors first, and the warm-up runs only
+    under a memory reservation of that size."""
+    from curate.verify.engine import warm_estimate_gb
+    from curate.verify.harness import meta_sizes
+    monkeypatch.chdir(tmp_path)  # load_module writes the program beside the worker's cwd
+    ref = (FIX / "ref_gelu_residual.py").read_text()
+    sizes = meta_sizes(ref, "t")
+    assert sizes and sizes["inputs"] > 0 and sizes["outputs"] > 0
+    assert meta_sizes("import torch\nclass Model(torch.nn.Module):\n    pass\n", "t") is None
+    assert warm_estimate_gb(None) == 2.0
+    assert warm_estimate_gb({"inputs": 4, "outputs": 4, "params": 1}) == 13.25
+    row = pair("cpp_honest", backend="cpp", ref=(FIX / "ref_scale_add.py").read_text())
+    with Verifier(device="cpu", workers=1, cache_dir=cache_dir, compile_workers=1) as v:
+        reserved = []
+        acquire = v._memory.acquire
+        v._memory.acquire = lambda gb: (reserved.append(gb), acquire(gb))
+        res = v._compile({**row, "backend": "cpp"}, warm=True)
+        assert res.ok and res.value["status"] == "compiled", (res.status, res.error)
+        assert res.value.get("warmed") is True
+        assert res.value["size_gb"] == meta_sizes(row["pytorch_code"], "t")
+        assert reserved == [warm_estimate_gb(res.value["size_gb"])]
+        assert v._memory.used == 0  # given back after the warm-up

@@ -35,8 +35,17 @@ OUTPUT_FILE_LIMIT_GB = 256.0  # a worker may write files this large (candidate o
 # A row's device memory, as a multiple of the compile worker's peak (model, inputs and one
 # forward): the candidate keeps several input and output sets alive for the gates, the judge
 # three reference outputs. Rows enter while their estimates fit in GPU_SHARE of the device.
-ROW_MEMORY_FACTOR = 6.0
+ROW_MEMORY_FACTOR = 9.0   # H200, 49 KernelBench pairs: candidate peak / warm-up peak, median 7.6, max 16.6
 GPU_SHARE = 0.8
+
+
+def warm_estimate_gb(size_gb: dict | None) -> float:
+    """Device memory a compile worker's warm-up forward needs, from the reference's shapes
+    (`harness.meta_sizes`): inputs, outputs and parameters, with room for intermediates."""
+    if not size_gb:
+        return 2.0
+    return 1.5 * (size_gb.get("inputs", 0) + size_gb.get("outputs", 0)) + \
+        size_gb.get("params", 0) + 0.25
 
 log = logging.getLogger("curate.verify")
 
@@ -320,6 +329,33 @@ class Verifier:
             res.gpu = None
         return res
 
+    def _compile(self, row: dict, warm: bool) -> TaskResult:
+        """Compile ahead. A warm-up forward (Triton kernels compile at their first launch) runs
+        only once device memory for it is reserved: the same worker first reports the
+        reference's sizes from meta tensors, then warms up under the memory gate."""
+        pool, lock_dir = self.pools["compile"], str(self.tmp / "lock")
+        if not warm:
+            return pool.call(self._task(row, "compile", warm=False, lock_dir=lock_dir),
+                             self.compile_timeout)
+        with pool.hold() as w:
+            sized = w.call(self._task(row, "compile", size=True, lock_dir=lock_dir),
+                           self.compile_timeout)
+            if not (sized.ok and isinstance(sized.value, dict)
+                    and sized.value.get("status") == "compiled"):
+                return sized
+            need = self._memory.clamp(warm_estimate_gb(sized.value.get("size_gb")))
+            self._memory.acquire(need)
+            try:
+                res = w.call(self._task(row, "compile", warm=True, lock_dir=lock_dir),
+                             self.compile_timeout)
+            finally:
+                self._memory.release(need)
+        if res.ok and isinstance(res.value, dict):
+            res.value["size_gb"] = sized.value.get("size_gb")
+            res.value["seconds"] = (res.value.get("seconds") or 0.0) + (
+                sized.value.get("seconds") or 0.0)
+        return res
+
     def _task(self, row: dict, role: str, out_dir: Path | None = None, **extra) -> dict:
         key = row_key(row)
         code_hash = hashlib.sha256(f"{row.get('kernel_code') or ''}\0{self.device}".encode()
@@ -379,10 +415,7 @@ class Verifier:
         compile_future = None
         if "compile" in self.pools and not (self.device == "cpu" and backend == "triton"):
             warm = self.device == "cuda" and backend == "triton"
-            compile_future = cex.submit(
-                self.pools["compile"].call,
-                self._task(row, "compile", warm=warm, lock_dir=str(self.tmp / "lock")),
-                self.compile_timeout)
+            compile_future = cex.submit(self._compile, row, warm)
 
         # 1. compiled ahead (errors end the row here, before it takes a device worker)
         if compile_future is not None:
@@ -400,6 +433,8 @@ class Verifier:
                 res.notes["compile_patched"] = comp.value["notes"]["patched"]
             if comp.value.get("peak_gb") is not None:
                 res.notes["warm_peak_gb"] = comp.value["peak_gb"]
+            if comp.value.get("size_gb"):
+                res.notes["size_gb"] = comp.value["size_gb"]
 
         job = self.jobs / secrets.token_hex(8)
         cand_dir = job / "c"
@@ -409,7 +444,7 @@ class Verifier:
         hold = self.pools["candidate"].hold() if ipc else contextlib.nullcontext(
             self.pools["candidate"])
         need_gb = self._memory.capacity if exclusive else self._memory.clamp(
-            ROW_MEMORY_FACTOR * float(res.notes.get("warm_peak_gb") or 0.25))
+            ROW_MEMORY_FACTOR * self._warm_peak(res.notes))
         self._memory.acquire(need_gb)
         self._inflight.acquire()  # rows between candidate and judge: bounds the saved outputs
         try:
@@ -501,6 +536,15 @@ class Verifier:
         return res
 
     # -- helpers ---------------------------------------------------------------------------
+    @staticmethod
+    def _warm_peak(notes: dict) -> float:
+        """The warm-up's measured peak, else the estimate from shapes, else a small default."""
+        if notes.get("warm_peak_gb"):
+            return float(notes["warm_peak_gb"])
+        if notes.get("size_gb"):
+            return warm_estimate_gb(notes["size_gb"]) / 1.5
+        return 0.25
+
     def _fatal(self, ctx: CheckContext, res: VerifyResult, default: str = "deceptive") -> bool:
         """Record every flag as a reason; a fatal one sets the status (and ends the row)."""
         fatal = None

@@ -425,6 +425,8 @@ def run_compile(task: dict) -> dict:
         return info
     result = {"status": "compiled", "seconds": 0.0,
               "import_s": round(time.monotonic() - t0, 3)}
+    if task.get("size"):
+        result["size_gb"] = meta_sizes(task["pytorch_code"], tag)
     if task.get("warm") and hasattr(cand, "ModelNew"):
         device = task["device"]
         lock = DeviceLock(task.get("lock_dir"))
@@ -457,6 +459,27 @@ def run_compile(task: dict) -> dict:
                 torch.cuda.empty_cache()
     result["seconds"] = time.monotonic() - t0
     return _finish(result)
+
+
+def meta_sizes(pytorch_code: str, tag: str) -> dict | None:
+    """GiB of the reference's inputs, outputs and parameters, from shapes alone (meta tensors,
+    nothing allocated): the parent reserves device memory for the warm-up by them. None when the
+    program does not run on the meta device."""
+    def gib(items) -> float:
+        return sum(t.numel() * t.element_size() for t in items
+                   if isinstance(t, torch.Tensor)) / 2**30
+    try:
+        ref = load_module(pytorch_code, "ref", tag)
+        with torch.device("meta"), torch.no_grad():
+            inputs = list(ref.get_inputs())
+            args = list(ref.get_init_inputs()) if hasattr(ref, "get_init_inputs") else []
+            model = ref.Model(*args)
+            out, _ = flatten_outputs(model(*inputs))
+        params = list(model.parameters()) + list(model.buffers())
+        return {"inputs": round(gib(inputs), 4), "outputs": round(gib(out), 4),
+                "params": round(gib(params), 4)}
+    except Exception:  # noqa: BLE001 - data-dependent shapes, .cuda() calls, numpy...
+        return None
 
 
 def run_candidate(task: dict) -> dict:
