@@ -90,7 +90,8 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
             results[pairs[i]["id"]] = r
         stats = {"workers": v.workers, "reference_workers": v.ref_workers,
                  "compile_workers": v.compile_workers, "replaced": v.replaced,
-                 "recycled": v.recycled,
+                 "recycled": v.recycled, "confined": v.confined,
+                 "confine_probe": v.confine_probe,
                  "transport": v.transport}
     wall = time.monotonic() - t0
     timed = sum(r.timed_wall_s for r in results.values())

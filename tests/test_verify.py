@@ -374,7 +374,8 @@ def test_output_descriptions_from_the_candidate_are_checked(tmp_path):
 
 def test_verify_on_cpu_sends_outputs_as_files(cache_dir):
     with Verifier(device="cpu", workers=1, cache_dir=cache_dir, compile_workers=0) as v:
-        assert v.transport == "files" and v.config()["transport"] == "files"
+        assert v.transport == "files" and "transport" not in v.config()
+        assert v.confined in (True, False)  # Landlock on the CPU device where the kernel has it
     with pytest.raises(ValueError):
         Verifier(device="cpu", transport="cuda_ipc")
 
@@ -462,3 +463,32 @@ def test_warm_up_reserves_device_memory_from_the_reference_shapes(cache_dir, tmp
         assert res.value["size_gb"] == meta_sizes(row["pytorch_code"], "t")
         assert reserved == [warm_estimate_gb(res.value["size_gb"])]
         assert v._memory.used == 0  # given back after the warm-up
+
+
+@pytest.mark.gpu
+def test_gpu_confinement_is_probed_and_confined_workers_verify(cache_dir):
+    """On the GPU, Landlock is used where a confined worker can run CUDA and Triton; either way
+    the decision is recorded, and rows verify under it."""
+    rows = [pair("triton_gelu_residual", backend="triton", ref=GELU_REF)]
+    with Verifier(device="cuda", workers=1, timeout=300, cache_dir=cache_dir) as v:
+        print("confined:", v.confined, "probe:", v.confine_probe)
+        assert v.confined in (True, False) and v.confine_probe
+        r = [r for _, r in v.verify(rows)][0]
+    assert r.status == "verified", (r.status, r.error)
+
+
+def test_confinement_probe_runs_a_triton_kernel_in_a_confined_worker(cache_dir):
+    """The probe that decides Landlock on the GPU, run on the CPU (Triton interpreter)."""
+    from curate.isolation import confine as landlock
+    with Verifier(device="cpu", workers=1, cache_dir=cache_dir, compile_workers=0,
+                  confine=False) as v:
+        assert v.confined is False  # an explicit choice is kept, no probe
+        env = {"CURATE_VERIFY_DEVICE": "cpu", "TRITON_INTERPRET": "1",
+               "CUDA_VISIBLE_DEVICES": ""}
+        from curate.isolation import Limits
+        ok = v._probe_confined(env, Limits(confine=True, writable=(str(v.tmp),)),
+                               str(v.tmp / "scratch"))
+    if not landlock.supported():
+        assert ok is False and v.confine_probe == "no Landlock"
+    else:
+        assert ok is True and v.confine_probe == "ok", v.confine_probe

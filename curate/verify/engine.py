@@ -167,7 +167,9 @@ class Verifier:
         self.memory_gb = memory_gb if memory_gb is not None else (8.0 if device == "cpu" else None)
         self.output_bytes = output_bytes
         self.gates = gates  # False: the bare harness, without curate.verify.gates' checks
-        self.confine = confine  # None: Landlock on the CPU device only (see start())
+        self.confine = confine  # None: Landlock where a probe says CUDA works under it
+        self.confined: bool | None = None  # what start() decided
+        self.confine_probe: str | None = None
         self.compile_timeout = max(self.timeout, 300.0)
         self.pools: dict[str, WorkerPool] = {}
         self.tmp: Path | None = None
@@ -184,8 +186,9 @@ class Verifier:
 
     # -- lifecycle -------------------------------------------------------------------------
     def config(self) -> dict:
+        # how outputs travel and whether Landlock is on do not change a verdict: not part of
+        # the configuration that keys the ledger (both are decided only in start())
         return {"device": self.device, "trials": self.trials, "seed": self.seed,
-                "transport": self.transport,
                 "time_budget": self.time_budget, "min_timed": self.min_timed, "gates": self.gates}
 
     def start(self) -> None:
@@ -201,18 +204,27 @@ class Verifier:
                "MAX_JOBS": "2"}
         if self.device == "cpu":
             env.update({"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""})
-        # Landlock where the kernel has it: writes only to the worker's scratch, this run's
-        # job directories and the compile cache; no TCP; home directories unreadable. Not on
-        # the GPU: on the H200 machine a confined worker cannot initialize CUDA
-        # (cudaGetDeviceCount: error 304), so there the sandbox is the rest of curate.isolation.
-        confine = self.confine if self.confine is not None else self.device == "cpu"
-        # Outputs of KernelBench problems reach 8 GiB and travel to the judge as files: a
-        # smaller file-size limit made torch.save fail ("unexpected pos") on the H200 run.
-        limits = Limits(memory_gb=self.memory_gb, output_bytes=self.output_bytes,
-                        file_size_gb=OUTPUT_FILE_LIMIT_GB, confine=confine,
-                        writable=(str(self.tmp), str(self.jobs), str(self.cache_dir)))
         scratch = str(self.tmp / "scratch")
         os.makedirs(scratch, exist_ok=True)
+
+        def limits_for(confine: bool) -> Limits:
+            # Outputs of KernelBench problems reach 8 GiB: a smaller file-size limit made
+            # torch.save fail ("unexpected pos") on the H200 run.
+            return Limits(memory_gb=self.memory_gb, output_bytes=self.output_bytes,
+                          file_size_gb=OUTPUT_FILE_LIMIT_GB, confine=confine,
+                          writable=(str(self.tmp), str(self.jobs), str(self.cache_dir)))
+        # Landlock where the kernel has it: writes only to the worker's scratch, this run's
+        # job directories and the compile cache; no TCP; home directories unreadable. On the
+        # GPU only where a confined worker can run CUDA and Triton (a probe decides: on the
+        # H200 machine of 2026-11 a confined worker failed cudaGetDeviceCount with error 304).
+        if self.confine is not None:
+            confine = self.confine
+        elif self.device == "cpu":
+            confine = True
+        else:
+            confine = self._probe_confined(env, limits_for(True), scratch)
+        self.confined = confine
+        limits = limits_for(confine)
 
         def pool(n):
             return WorkerPool(HANDLER, setup=SETUP, workers=n, timeout=self.timeout, env=env,
@@ -226,6 +238,25 @@ class Verifier:
             if self.device == "cuda":
                 self.transport = "cuda_ipc" if self._probe_ipc() else "files"
         log.info("verify: outputs reach the judge by %s", self.transport)
+
+    def _probe_confined(self, env: dict, limits: Limits, scratch: str) -> bool:
+        """Can a Landlock-confined worker initialize CUDA and launch a Triton kernel here?"""
+        from ..isolation import confine as landlock
+        if not landlock.supported():
+            self.confine_probe = "no Landlock"
+            return False
+        pool = WorkerPool(HANDLER, setup=SETUP, workers=1, timeout=180, env=env, limits=limits,
+                          scratch_root=scratch, setup_timeout=180)
+        try:
+            res = pool.call({"role": "probe_cuda", "device": self.device}, 180)
+        finally:
+            pool.close()
+        ok = res.ok and isinstance(res.value, dict) and res.value.get("status") == "ok"
+        self.confine_probe = "ok" if ok else (res.error or res.output or res.status)[-300:]
+        if not ok:
+            log.warning("verify: workers run without Landlock on this GPU machine (a confined "
+                        "worker could not run CUDA: %s)", self.confine_probe.strip()[-200:])
+        return ok
 
     def _probe_ipc(self) -> bool:
         """One tensor from a candidate worker to a judge over CUDA IPC: where that fails (no

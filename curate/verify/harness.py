@@ -78,6 +78,8 @@ def handle(task: dict) -> dict:
             return {"status": "ok", "released": transport.release()}
         if role == "probe_send":
             return probe_send(task)
+        if role == "probe_cuda":
+            return probe_cuda(task)
         if role == "probe_receive":
             return probe_receive(task)
         raise ValueError(f"unknown role {role!r}")
@@ -398,6 +400,28 @@ def probe_send(task: dict) -> dict:
     _, total = torch.cuda.mem_get_info()
     return {"status": "ok", "total_gb": total / 2**30,
             "export": transport.send([x, None], Path.cwd(), 0, "cuda_ipc")}
+
+
+PROBE_KERNEL = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_one(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1.0, mask=mask)
+"""
+
+
+def probe_cuda(task: dict) -> dict:
+    """CUDA and a Triton kernel launch in this (confined) worker: the sandbox check."""
+    x = torch.zeros(1000, device=task["device"])
+    mod = load_module(PROBE_KERNEL, "probe", "cuda")
+    mod.add_one[(4,)](x, x.numel(), BLOCK=256)
+    _sync(task["device"])
+    return {"status": "ok" if float(x.sum()) == 1000.0 else "wrong"}
 
 
 def probe_receive(task: dict) -> dict:
