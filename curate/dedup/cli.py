@@ -35,8 +35,9 @@ def dedup(inp, out, jaccard, against, on, index, abstract, workers):
     (duplicate:exact, duplicate:near, duplicate:indexed, contaminated:level1/19_ReLU.py).
 
     \b
-    Example:
+    Examples:
       curate dedup pairs.parquet -o unique.parquet --against @kernelbench
+      curate dedup pairs.parquet -o unique.parquet --against ScalingIntelligence/KernelBench
     """
     step = Dedup(jaccard=jaccard, against=list(against), on=on, index=index, abstract=abstract,
                  workers=workers)
