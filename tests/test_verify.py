@@ -492,3 +492,18 @@ def test_confinement_probe_runs_a_triton_kernel_in_a_confined_worker(cache_dir):
         assert ok is False and v.confine_probe == "no Landlock"
     else:
         assert ok is True and v.confine_probe == "ok", v.confine_probe
+
+
+def test_a_reference_that_is_rounding_noise_is_degenerate_not_the_candidate_wrong(cache_dir):
+    """A float32 reference that its own float64 run does not reproduce within tolerance cannot
+    judge a candidate: `degenerate_reference` + `reference_unstable`, not `incorrect`. A wrong
+    candidate against a stable reference stays `incorrect`."""
+    rows = [pair("triton_row_sum", ref=(FIX / "ref_unstable.py").read_text()),
+            pair("triton_wrong")]
+    with Verifier(device="cpu", workers=1, cache_dir=cache_dir) as v:
+        res = {rows[i]["id"]: r for i, r in v.verify(rows)}
+    noisy, wrong = res[rows[0]["id"]], res[rows[1]["id"]]
+    assert noisy.status == "degenerate_reference", (noisy.status, noisy.reasons, noisy.error)
+    assert "reference_unstable" in noisy.reasons
+    assert noisy.notes.get("reference_vs_float64")
+    assert wrong.status == "incorrect" and "reference_unstable" not in wrong.reasons

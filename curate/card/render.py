@@ -50,6 +50,9 @@ GATES = [
     ("torch_compile_in_candidate", "the candidate calls torch.compile itself"),
     ("reference_ignores_inputs",
      "the reference output does not depend on its inputs (status degenerate_reference)"),
+    ("reference_unstable",
+     "the float32 reference disagrees with its own float64 run: its output is rounding noise "
+     "(status degenerate_reference)"),
 ]
 
 

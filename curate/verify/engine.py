@@ -528,6 +528,8 @@ class Verifier:
             return res
         jv = judge.value
         self._remember_env(jv.get("env"))
+        for k, v in (jv.get("notes") or {}).items():  # e.g. how the reference fails float64
+            res.notes.setdefault(k, v)
         for f in jv.get("flags") or []:  # the reference's own gates (degeneracy)
             ctx.flag(f.get("reason", "flag"), bool(f.get("fatal")),
                      f.get("status") or "degenerate_reference")

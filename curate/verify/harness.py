@@ -371,6 +371,15 @@ def run_judge(task: dict) -> dict:
             total.merge(compare(ref_outputs[t], items, structures[t],
                                 cand_structs[t] if t < len(cand_structs) else None))
         del items
+    if not total.ok and task.get("gates", True):
+        # before calling the candidate wrong: is the float32 reference itself within tolerance
+        # of the same program in float64? If not, its output is rounding noise and no test
+        with lock.shared():
+            unstable = reference_instability(mod, model, task["seeds"][0], device,
+                                             ref_outputs[0])
+        if unstable:
+            ctx.flag("reference_unstable", fatal=True, status="degenerate_reference")
+            ctx.notes["reference_vs_float64"] = unstable
     del ref_outputs, model
     ctx.ref_outputs = None
     if device == "cuda":
@@ -380,6 +389,33 @@ def run_judge(task: dict) -> dict:
                                    "max_abs_err": total.max_abs_err,
                                    "max_rel_err": total.max_rel_err, "detail": total.detail},
                     "flags": [f.__dict__ for f in ctx.flags], "notes": ctx.notes})
+
+
+def reference_instability(mod, model, seed: int, device: str, ref_out: list) -> str | None:
+    """How the float32 reference differs from the same program run in float64 on the same
+    inputs, when it does beyond the float32 tolerance; None when it agrees (or cannot run in
+    float64: explicit dtypes, float64-less ops)."""
+    if not any(isinstance(x, torch.Tensor) and x.dtype == torch.float32 for x in ref_out):
+        return None
+    try:
+        import copy
+        model64 = copy.deepcopy(model).double()
+        inputs = [x.double() if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x
+                  for x in make_inputs(mod, seed, device)]
+        with torch.no_grad():
+            out64, _ = flatten_outputs(model64(*inputs))
+        del model64, inputs
+        cast = [o.to(r.dtype) if isinstance(o, torch.Tensor) and isinstance(r, torch.Tensor)
+                else o for o, r in zip(out64, ref_out)]
+        if len(cast) != len(ref_out):
+            return None
+        c = compare(ref_out, cast)
+        return None if c.ok else (c.detail or ", ".join(c.reasons))[:300]
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        if device == "cuda":
+            torch.cuda.empty_cache()
 
 
 def _receive(desc, cand_dir: Path, trial: int, device: str):
