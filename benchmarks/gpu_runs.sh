@@ -41,7 +41,7 @@ for phase in "$@"; do
       timeout 200 python3 benchmarks/hostile_table.py --device cuda \
         --out "$OUT/hostile_gpu.json" 2>&1 | tail -50 ;;
     fp)
-      timeout "${FP_TIMEOUT:-400}" python3 benchmarks/hostile_table.py --device cuda \
+      timeout "${FP_TIMEOUT:-570}" python3 benchmarks/hostile_table.py --device cuda \
         --skip-fixtures --candidates "$CANDS" --out "$OUT/gates_fp_kernelbench_h200.json" \
         2>&1 | tail -20 ;;
     *) echo "unknown phase $phase"; exit 2 ;;
