@@ -240,3 +240,24 @@ def test_triton_candidate_on_gpu(tmp_path):
     [res] = check_many([(row["pytorch_code"], row["kernel_code"])], device="cuda")
     assert res["ok"], res
     assert torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not __import__("curate.isolation.confine", fromlist=["x"]).supported(),
+                    reason="needs Landlock (Linux >= 5.13 with Landlock enabled)")
+def test_reference_programs_cannot_write_outside_their_sandbox_on_cpu(tmp_path):
+    """Scraped reference programs are untrusted: synth's CPU workers are Landlock-confined."""
+    from curate.pipeline.single import run_single
+    from curate.record import new_record
+    from curate.synth.inductor import InductorSynth
+    from curate.tableio import read_rows, write_rows
+    target = tmp_path / "outside" / "planted.txt"
+    target.parent.mkdir()
+    hostile = (ROOT / "examples" / EXAMPLES[0]).read_text() + (
+        f"\nopen({str(target)!r}, 'w').write('x')\n")
+    write_rows(tmp_path / "refs.jsonl", [new_record(id="w", pytorch_code=hostile, source="file")])
+    run_single(InductorSynth(device="cpu", workers=1, timeout=90), tmp_path / "refs.jsonl",
+               tmp_path / "cands.jsonl", progress=False)
+    assert not target.exists()
+    rejected = read_rows(tmp_path / "cands.rejected.jsonl")
+    assert [r["id"] for r in rejected] == ["w"] and rejected[0]["reasons"]
+    assert "Permission" in (rejected[0].get("error") or ""), rejected[0].get("error")

@@ -128,8 +128,14 @@ class InductorSynth(Step):
                "TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
         # a fresh cache dir for this run (inductor_worker.setup): nothing comes from an earlier
         # run's cache, and the FX graph cache is off, so every row's code is generated anew
+        # reference programs are untrusted too: on the CPU device their workers are confined
+        # with Landlock (writes only to scratch, this run's cache and the ISA-probe cache; no
+        # TCP; home directories unreadable) where the kernel has it. Not on the GPU yet: no
+        # confined torch.compile has been tried there (docs/threat-model.md).
+        limits = Limits(confine=self.device == "cpu",
+                        writable=(self._cache, env["CURATE_ISA_CACHE"]))
         self.pool = WorkerPool(HANDLER, setup=SETUP, workers=self.workers, timeout=self.timeout,
-                               setup_timeout=300, env=env, limits=Limits(),
+                               setup_timeout=300, env=env, limits=limits,
                                max_tasks_per_worker=50)
 
     def teardown(self) -> None:
