@@ -56,7 +56,11 @@ def fixture_rows(backends: list[str], only: set[str] | None = None) -> list[dict
     return rows
 
 
-def run_verify(rows: list[dict], device: str, workers: int | None, timeout: float) -> list[dict]:
+def run_verify(rows: list[dict], device: str, workers: int | None, timeout: float,
+               on_result=None) -> list[dict | None]:
+    """One verify pass over all rows (fixtures and candidates together, so that the fixtures'
+    CUDA builds overlap the candidates' checks); `on_result(out)` after every row, so that a run
+    cut short keeps what it finished (rows not reached stay None)."""
     from curate.verify import Verifier
     clean = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
     out: list[dict | None] = [None] * len(rows)
@@ -67,13 +71,18 @@ def run_verify(rows: list[dict], device: str, workers: int | None, timeout: floa
                       "speedup": res.speedup, "seconds": round(res.seconds, 2),
                       "notes": {k: v for k, v in (res.notes or {}).items()
                                 if k in ("custom_launches", "patched", "parameters")}}
-    return out  # type: ignore[return-value]
+            if on_result is not None:
+                on_result(out)
+    return out
 
 
 def fixture_table(rows, results) -> tuple[list[dict], dict]:
     table = []
     summary = collections.Counter()
     for row, res in zip(rows, results):
+        if res is None:  # not reached before the run was cut
+            summary[("hostile" if not row["_case"].get("honest") else "honest", "not reached")] += 1
+            continue
         case = row["_case"]
         honest = bool(case.get("honest"))
         expect = case.get("expect", ["verified"] if honest else list(CAUGHT))
@@ -112,17 +121,19 @@ def inductor_fixture_rows() -> list[dict]:
     return rows
 
 
-def candidate_fp(path: str, device: str, workers, timeout, limit: int | None) -> dict:
-    """False positives of the gates on a table of honest candidates (`@inductor-fixtures`: the
-    committed inductor captures, rewritten into Triton programs)."""
+def candidate_rows(path: str, limit: int | None) -> list[dict]:
     from curate.tableio import read_rows
-    from curate.verify.gates.static import static_findings
     if path == "@inductor-fixtures":
         rows = inductor_fixture_rows()
     else:
         rows = [r for r in read_rows(path) if r.get("kernel_code")]
-    if limit:
-        rows = rows[:limit]
+    return rows[:limit] if limit else rows
+
+
+def candidate_fp(path: str, rows: list[dict], results: list[dict | None]) -> dict:
+    """False positives of the gates on a table of honest candidates (`@inductor-fixtures`: the
+    committed inductor captures, rewritten into Triton programs)."""
+    from curate.verify.gates.static import static_findings
     static_fail = collections.Counter()
     static_rows = 0
     for r in rows:
@@ -131,24 +142,26 @@ def candidate_fp(path: str, device: str, workers, timeout, limit: int | None) ->
         if fails:
             static_rows += 1
             static_fail.update(fails)
-    results = run_verify(rows, device, workers, timeout)
-    statuses = collections.Counter(r["status"] for r in results)
-    reasons = collections.Counter(x for r in results for x in r["reasons"])
-    reproduced = [(row, r) for row, r in zip(rows, results)
+    reached = [(row, r) for row, r in zip(rows, results) if r is not None]
+    statuses = collections.Counter(r["status"] for _, r in reached)
+    reasons = collections.Counter(x for _, r in reached for x in r["reasons"])
+    reproduced = [(row, r) for row, r in reached
                   if r["status"] in ("verified", "deceptive")
                   and not any(x.split(":")[0] in COMPARISON for x in r["reasons"])]
     flagged = [(row, r) for row, r in reproduced if r["status"] == "deceptive"]
     return {
-        "table": path, "rows": len(rows), "statuses": dict(statuses),
+        "table": path, "rows": len(rows), "reached": len(reached), "statuses": dict(statuses),
         "reasons": dict(reasons.most_common()),
         "reproduced_reference": len(reproduced), "flagged_deceptive": len(flagged),
         "false_positive_rate": (len(flagged) / len(reproduced)) if reproduced else None,
         "static_fail_rows": static_rows, "static_fail_reasons": dict(static_fail),
         "flagged": [{"id": row.get("id"), "path": row.get("path"),
                      "reasons": r["reasons"]} for row, r in flagged][:200],
-        "not_verified": [{"id": row.get("id"), "path": row.get("path"), "status": r["status"], "reasons": r["reasons"],
-                          "error": (r.get("error") or "")[:400]}
-                         for row, r in zip(rows, results) if r["status"] != "verified"][:200],
+        "not_verified": [{"id": row.get("id"), "path": row.get("path"), "status": r["status"],
+                          "reasons": r["reasons"], "error": (r.get("error") or "")[:400]}
+                         for row, r in reached if r["status"] != "verified"][:200],
+        "not_reached": [row.get("path") or row.get("id") for row, r in zip(rows, results)
+                        if r is None],
     }
 
 
@@ -198,14 +211,35 @@ def main(argv=None) -> int:
         "%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     t0 = time.monotonic()
     code = 0
+    fixtures: list[dict] = []
     if not args.skip_fixtures:
         only = set(args.cases.split(",")) if args.cases else None
         backends = args.backends or ("triton,cuda" if device == "cuda" else "triton,cuda,cpp")
-        rows = fixture_rows(backends.split(","), only)
-        results = run_verify(rows, device, args.workers, args.timeout)
-        table, counts = fixture_table(rows, results)
-        report["fixtures"] = table
-        report["fixture_counts"] = counts
+        fixtures = fixture_rows(backends.split(","), only)
+    cands = candidate_rows(args.candidates, args.limit) if args.candidates else []
+
+    def write(results: list[dict | None], partial: bool) -> None:
+        if fixtures:
+            report["fixtures"], report["fixture_counts"] = fixture_table(
+                fixtures, results[:len(fixtures)])
+        if cands:
+            report["candidates"] = candidate_fp(args.candidates, cands, results[len(fixtures):])
+        report["seconds"] = round(time.monotonic() - t0, 1)
+        report["partial"] = partial
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(report, indent=2, default=str))
+
+    last = [0.0]
+
+    def save_now_and_then(results):  # a run cut short keeps its rows
+        if time.monotonic() - last[0] > 20:
+            last[0] = time.monotonic()
+            write(results, partial=True)
+    results = run_verify(fixtures + cands, device, args.workers, args.timeout,
+                         on_result=save_now_and_then)
+    write(results, partial=False)
+    if fixtures:
+        table, counts = report["fixtures"], report["fixture_counts"]
         w = max(len(r["case"]) for r in table) + 2
         print(f"{'case':<{w}} {'backend':<7} {'status':<21} {'verdict':<15} reasons")
         for r in table:
@@ -214,9 +248,8 @@ def main(argv=None) -> int:
         print("\n" + ", ".join(f"{k}={v}" for k, v in counts.items()))
         if any(r["verdict"] in ("MISSED", "FALSE POSITIVE") for r in table):
             code = 1
-    if args.candidates:
-        fp = candidate_fp(args.candidates, device, args.workers, args.timeout, args.limit)
-        report["candidates"] = fp
+    if cands:
+        fp = report["candidates"]
         rate = fp["false_positive_rate"]
         print(f"\nhonest candidates from {fp['table']}: {fp['rows']} rows, statuses "
               f"{fp['statuses']}")
@@ -226,10 +259,7 @@ def main(argv=None) -> int:
         print(f"static gates alone fail {fp['static_fail_rows']} rows: {fp['static_fail_reasons']}")
         top = list(fp["reasons"].items())[:12]
         print("reasons: " + ", ".join(f"{k}={v}" for k, v in top))
-    report["seconds"] = round(time.monotonic() - t0, 1)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(report, indent=2, default=str))
-    print(f"\nwrote {out_path}")
+    print(f"\nwrote {out_path} ({report['seconds']} s)")
     return code
 
 

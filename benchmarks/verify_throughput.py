@@ -210,11 +210,17 @@ def serial_one(spec_path: str) -> None:
                       "speedup": ref_ms / new_ms if new_ms else None, "phases": phases}))
 
 
-def run_serial(rows: list[dict], device: str, budget_s: float, on_pair=None) -> dict:
+def run_serial(rows: list[dict], device: str, budget_s: float, on_pair=None,
+               stop_at: float | None = None) -> dict:
+    """`stop_at` (monotonic): start no pair that, at the slowest pace seen so far, would end
+    after it, so that the whole run ends inside its limit with a complete report."""
     out, t0 = [], time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="curate-serial-"))
     for i, row in enumerate(rows):
         if time.monotonic() - t0 > budget_s:
+            break
+        pace = max((r["seconds"] for r in out), default=25.0)
+        if stop_at is not None and time.monotonic() + pace > stop_at:
             break
         spec = tmp / f"{i}.json"
         spec.write_text(json.dumps({"pytorch_code": row["pytorch_code"], "device": device}))
@@ -267,6 +273,9 @@ def main(argv=None) -> int:
     ap.add_argument("--serial", type=int, default=15)
     ap.add_argument("--serial-budget", type=float, default=240.0,
                     help="stop the serial harness after this many seconds (rates stay exact)")
+    ap.add_argument("--deadline", type=float, default=None,
+                    help="seconds for the whole run: the serial harness starts no pair it "
+                         "cannot finish by then")
     ap.add_argument("--levels", default="1,2")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda if visible)")
@@ -316,7 +325,8 @@ def main(argv=None) -> int:
     by_id = {p["id"]: p for p in problems}
     serial_rows = [by_id.get(p.get("ref_id")) or p for p in pairs][: args.serial]
     serial = run_serial(serial_rows, device, args.serial_budget,
-                        on_pair=lambda part: save_partial(serial=part))
+                        on_pair=lambda part: save_partial(serial=part),
+                        stop_at=t_all + args.deadline if args.deadline else None)
     print(f"serial harness: {serial['pairs']} pairs in {serial['wall_s']:.1f}s")
 
     synth_s = (report["synth"] or {}).get("seconds", 0.0)
