@@ -112,6 +112,7 @@ def test_inductor_shaped_cpp_program_passes_with_extern_kernels_as_a_warning():
     ("import subprocess\n", "harness_access:process"),
     ("import socket\n", "harness_access:network"),
     ("import sys\nf = sys._getframe\n", "harness_access:frames"),
+    ("import inspect\nf = inspect.stack\n", "harness_access:frames"),
     ("import time\nsetattr(time, 'perf_counter', lambda: 0.0)\n", "timer_patched:time"),
     ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\n", "harness_access:patch:"),
     ("x = eval('1')\n", "harness_access:dynamic_code"),
@@ -126,7 +127,9 @@ def test_static_gates_leave_harmless_idioms_alone():
     honest = (HOSTILE / "triton" / "honest_swish_add.py").read_text()
     code = ("import os\nos.environ['TORCH_CUDA_ARCH_LIST'] = '9.0'\n"
             "try:\n    import numpy as np\nexcept ImportError:\n    np = None\n"
-            "# fp16 would be faster, but this program stays in float32\n") + honest
+            "# fp16 would be faster, but this program stays in float32\n"
+            # inductor's SwinV2 output builds its coordinate tables with torch.stack
+            "import torch\ncoords = torch.stack([torch.arange(4), torch.arange(4)])\n") + honest
     assert failed(static_findings(code, REFS["swish"])) == []
     # half precision is the program's own when the reference is a half program
     half = (HOSTILE / "triton" / "half_precision.py").read_text()
