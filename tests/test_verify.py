@@ -507,3 +507,23 @@ def test_a_reference_that_is_rounding_noise_is_degenerate_not_the_candidate_wron
     assert "reference_unstable" in noisy.reasons
     assert noisy.notes.get("reference_vs_float64")
     assert wrong.status == "incorrect" and "reference_unstable" not in wrong.reasons
+
+
+def test_torch_own_lazy_patching_is_not_taken_for_tampering():
+    """torch._dynamo wraps torch.manual_seed when first imported (every inductor candidate
+    imports it): a worker must not be replaced for that, but still for a candidate's patch."""
+    code = (
+        "import torch\n"
+        "from curate.verify import harness as h\n"
+        "h.setup()\n"
+        "import torch._dynamo, torch._inductor.runtime.triton_heuristics\n"
+        "print('clean', h.tampered())\n"
+        "torch.manual_seed = lambda s: None\n"
+        "print('patched', h.tampered())\n")
+    env = {**os.environ, "CURATE_VERIFY_DEVICE": "cpu"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=300, cwd=Path(__file__).parents[1])
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert "clean []" in lines
+    assert "patched ['torch.manual_seed']" in lines

@@ -59,6 +59,10 @@ def setup() -> None:
     if os.environ.get("TRITON_INTERPRET") == "1":
         from curate.synth.interpret import patch_libdevice  # erf/tanh... under the interpreter
         patch_libdevice()
+    # importing torch._dynamo (which inductor's runtime, and so every inductor candidate, pulls
+    # in) wraps torch.manual_seed: before the snapshot, so that it is not taken for the
+    # candidate's tampering (on the H200 every compile worker was replaced after one task)
+    import torch._dynamo  # noqa: F401
     _baseline = _snapshot()
 
 
