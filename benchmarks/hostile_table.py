@@ -80,11 +80,11 @@ def fixture_table(rows, results) -> tuple[list[dict], dict]:
     table = []
     summary = collections.Counter()
     for row, res in zip(rows, results):
-        if res is None:  # not reached before the run was cut
-            summary[("hostile" if not row["_case"].get("honest") else "honest", "not reached")] += 1
-            continue
         case = row["_case"]
         honest = bool(case.get("honest"))
+        if res is None:  # not reached before the run was cut
+            summary[("honest" if honest else "hostile", "not reached")] += 1
+            continue
         expect = case.get("expect", ["verified"] if honest else list(CAUGHT))
         ok = res["status"] in expect
         if res["status"] == "unsupported":
