@@ -5,7 +5,8 @@
 #   bash benchmarks/gpu_runs.sh tests synth      # GPU tests, then synth over KernelBench L1-3
 #   bash benchmarks/gpu_runs.sh throughput       # verify throughput against a serial harness
 #   bash benchmarks/gpu_runs.sh hostile fp       # hostile fixtures, then false positives
-#   bash benchmarks/gpu_runs.sh gates            # both in one verify pass (needs $CANDS)
+#   bash benchmarks/gpu_runs.sh gates            # both in one verify pass (needs $CANDS;
+#                                                # PATHS=@file: only those candidates)
 #   bash benchmarks/gpu_runs.sh build            # README command 1 (curate build) on the GPU
 #
 # Needs: KernelBench in $CURATE_KERNELBENCH (levels 1-3), curate importable (PYTHONPATH).
@@ -35,8 +36,8 @@ for phase in "$@"; do
         > "$OUT/build.log" 2>&1; echo "build exit $?"
       tail -15 "$OUT/build.log"; cp /tmp/curate-gpu-build/stats.json "$OUT/build_stats.json" ;;
     throughput)
-      timeout 590 python3 benchmarks/verify_throughput.py --kernelbench "$KB" --n 60 \
-        --serial 15 --serial-budget "${SERIAL_BUDGET:-330}" --deadline 575 \
+      timeout $(( ${DEADLINE:-575} + 15 )) python3 benchmarks/verify_throughput.py --kernelbench "$KB" --n 60 \
+        --serial 15 --serial-budget "${SERIAL_BUDGET:-330}" --deadline "${DEADLINE:-575}" \
         --out "$OUT/verify_throughput_h200.json" 2>&1 | grep -v "^\[" | tail -40 ;;
     hostile)
       timeout 200 python3 benchmarks/hostile_table.py --device cuda \
@@ -48,7 +49,7 @@ for phase in "$@"; do
     gates)
       # hostile fixtures and every honest candidate in one verify pass (their builds overlap)
       timeout "${FP_TIMEOUT:-570}" python3 benchmarks/hostile_table.py --device cuda \
-        --candidates "$CANDS" --out "$OUT/gates_h200.json" 2>&1 | tail -70 ;;
+        --candidates "$CANDS" ${PATHS:+--paths "$PATHS"} --out "$OUT/gates_h200.json" 2>&1 | tail -70 ;;
     *) echo "unknown phase $phase"; exit 2 ;;
   esac
 done

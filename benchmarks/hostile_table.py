@@ -121,12 +121,15 @@ def inductor_fixture_rows() -> list[dict]:
     return rows
 
 
-def candidate_rows(path: str, limit: int | None, skip: int = 0) -> list[dict]:
+def candidate_rows(path: str, limit: int | None, skip: int = 0,
+                   paths: set[str] | None = None) -> list[dict]:
     from curate.tableio import read_rows
     if path == "@inductor-fixtures":
         rows = inductor_fixture_rows()
     else:
         rows = [r for r in read_rows(path) if r.get("kernel_code")]
+    if paths:
+        rows = [r for r in rows if r.get("path") in paths]
     rows = rows[skip:]
     return rows[:limit] if limit else rows
 
@@ -198,6 +201,8 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="first N rows of --candidates")
     ap.add_argument("--skip", type=int, default=0, help="leave out the first N rows of "
                     "--candidates (to continue a run that was cut)")
+    ap.add_argument("--paths", default=None, help="only the candidates whose `path` is listed "
+                    "(comma-separated, or @FILE with one per line): rows a cut run never reached")
     ap.add_argument("--skip-fixtures", action="store_true")
     ap.add_argument("--cases", default=None, help="comma-separated case names")
     ap.add_argument("--backends", default=None, help="default: triton,cuda on cuda; "
@@ -219,7 +224,12 @@ def main(argv=None) -> int:
         only = set(args.cases.split(",")) if args.cases else None
         backends = args.backends or ("triton,cuda" if device == "cuda" else "triton,cuda,cpp")
         fixtures = fixture_rows(backends.split(","), only)
-    cands = candidate_rows(args.candidates, args.limit, args.skip) if args.candidates else []
+    paths = None
+    if args.paths:
+        text = Path(args.paths[1:]).read_text() if args.paths.startswith("@") else args.paths
+        paths = {x.strip() for x in text.replace(",", "\n").splitlines() if x.strip()}
+    cands = (candidate_rows(args.candidates, args.limit, args.skip, paths)
+             if args.candidates else [])
 
     def write(results: list[dict | None], partial: bool) -> None:
         if fixtures:

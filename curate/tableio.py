@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import BadInput
-from .schema import check_table, conform
+from .schema import conform
 
 FORMATS = (".parquet", ".jsonl")
 DEFAULT_BATCH = 1024

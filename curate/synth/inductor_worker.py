@@ -311,7 +311,7 @@ def cpu_build_flags() -> dict:
     Vectorized<T>::size() depends on it), compiler flags and libraries of its own command line,
     without the machine's include/library paths (the candidate finds those itself)."""
     try:
-        from torch._inductor.cpp_builder import CppBuilder, CppTorchOptions, get_cpp_compiler
+        from torch._inductor.cpp_builder import CppBuilder, CppTorchOptions
         from torch._inductor.cpu_vec_isa import pick_vec_isa
         isa = pick_vec_isa()
         opts = CppTorchOptions(vec_isa=isa, include_pytorch=False, shared=True)

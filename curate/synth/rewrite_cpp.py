@@ -9,7 +9,6 @@ involved at run time.
 
 from __future__ import annotations
 
-import ast
 import re
 from curate import pyast
 

@@ -8,7 +8,6 @@ worker pools, compares outputs and turns timings into speedups with intervals.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import hashlib
 import logging
@@ -21,7 +20,7 @@ import time
 import traceback
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 

@@ -62,7 +62,7 @@ def setup() -> None:
     # importing torch._dynamo (which inductor's runtime, and so every inductor candidate, pulls
     # in) wraps torch.manual_seed: before the snapshot, so that it is not taken for the
     # candidate's tampering (on the H200 every compile worker was replaced after one task)
-    import torch._dynamo  # noqa: F401
+    importlib.import_module("torch._dynamo")  # not `import torch._dynamo`: that binds `torch` locally
     _baseline = _snapshot()
 
 
