@@ -4,6 +4,7 @@
 #
 #   bash benchmarks/gpu_runs.sh tests synth      # GPU tests, then synth over KernelBench L1-3
 #   bash benchmarks/gpu_runs.sh throughput       # verify throughput against a serial harness
+#   bash benchmarks/gpu_runs.sh serial           # the serial harness alone, 15 pairs
 #   bash benchmarks/gpu_runs.sh hostile fp       # hostile fixtures, then false positives
 #   bash benchmarks/gpu_runs.sh gates            # both in one verify pass (needs $CANDS;
 #                                                # PATHS=@file: only those candidates)
@@ -39,6 +40,11 @@ for phase in "$@"; do
       timeout $(( ${DEADLINE:-575} + 15 )) python3 benchmarks/verify_throughput.py --kernelbench "$KB" --n 60 \
         --serial 15 --serial-budget "${SERIAL_BUDGET:-330}" --deadline "${DEADLINE:-575}" \
         --out "$OUT/verify_throughput_h200.json" 2>&1 | grep -v "^\[" | tail -40 ;;
+    serial)
+      # the naive serial harness alone on 15 of the same sample (it does not fit beside the rest)
+      timeout $(( ${DEADLINE:-575} + 15 )) python3 benchmarks/verify_throughput.py --kernelbench "$KB" \
+        --n 60 --serial 15 --serial-only --serial-budget 9999 --deadline "${DEADLINE:-575}" \
+        --out "$OUT/verify_serial_h200.json" 2>&1 | tail -5 ;;
     hostile)
       timeout 200 python3 benchmarks/hostile_table.py --device cuda \
         --out "$OUT/hostile_gpu.json" 2>&1 | tail -50 ;;

@@ -282,11 +282,17 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--cache-dir", default=None,
                     help="compile cache (default: a fresh one, so run 1 compiles from cold)")
+    ap.add_argument("--serial-only", action="store_true",
+                    help="only the serial harness, on the first --serial problems of the same "
+                         "seeded sample (15 serial pairs take 8-10 minutes alone on the H200, "
+                         "so they need a command of their own)")
     ap.add_argument("--serial-one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.serial_one:
         serial_one(args.serial_one)
         return 0
+    if args.serial_only:
+        return serial_only(args)
     from curate.pipeline.config import detect_device
     device = args.device or detect_device()
     cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="curate-bench-cache-")
@@ -351,6 +357,33 @@ def main(argv=None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1, default=str))
     print(f"wrote {args.out}")
+    return 0
+
+
+def serial_only(args) -> int:
+    """The serial harness alone (pairs per hour to set against a pipeline run's JSON)."""
+    from curate.pipeline.config import detect_device
+    if not args.kernelbench:
+        raise SystemExit("--serial-only needs --kernelbench DIR")
+    device = args.device or detect_device()
+    t_all = time.monotonic()
+    files = sample_problems(args.kernelbench, args.n, args.seed,
+                            [x for x in args.levels.split(",") if x])
+    rows = problem_rows(files, args.kernelbench)[: args.serial]
+    report = {"device": device, "hardware": hardware(device), "seed": args.seed,
+              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "serial_only": True, "problems": [r["path"] for r in rows]}
+
+    def save(part):
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({**report, "serial": part, "partial": True}, indent=1,
+                                       default=str))
+    serial = run_serial(rows, device, args.serial_budget, on_pair=save,
+                        stop_at=t_all + args.deadline if args.deadline else None)
+    report.update({"serial": serial, "total_s": time.monotonic() - t_all})
+    args.out.write_text(json.dumps(report, indent=1, default=str))
+    print(f"serial harness: {serial['pairs']} of {len(rows)} pairs in {serial['wall_s']:.1f}s "
+          f"= {serial['pairs_per_hour'] or 0:.1f} pairs/hour; wrote {args.out}")
     return 0
 
 

@@ -266,6 +266,39 @@ def test_hostile_fixtures_through_verify(tmp_path):
     assert got["unused_launch"].reasons and "kernel_output_unused" in got["unused_launch"].reasons
 
 
+class _BrokenCheck:
+    """A gate that cannot run (as when it runs out of memory inside its ghost run)."""
+    name = "broken"
+
+    def after_candidate(self, ctx):
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+
+class _FindsDeception:
+    name = "finds"
+
+    def after_candidate(self, ctx):
+        ctx.flag("kernel_output_unused", fatal=True)
+
+
+@pytest.mark.parametrize("extra,status", [([_BrokenCheck()], "runtime_error"),
+                                          ([_BrokenCheck(), _FindsDeception()], "deceptive")])
+def test_a_gate_that_breaks_fails_the_row_closed(tmp_path, extra, status):
+    """Not `verified`: a gate that could not run has not passed (and a candidate must not get
+    past a gate by making it break). What a gate did find still outranks the broken one."""
+    from curate.schema import new_record
+    from curate.verify import Verifier
+    row = new_record(id="h", pytorch_code=REFS[CASES["honest_swish_add"]["ref"]],
+                     kernel_code=(HOSTILE / "triton" / "honest_swish_add.py").read_text(),
+                     backend="triton", source="file")
+    with Verifier(device="cpu", workers=1, timeout=120, cache_dir=tmp_path / "cache") as v:
+        v._parent_checks = list(v._parent_checks or []) + extra
+        (_, got), = list(v.verify([row]))
+    assert got.status == status, (got.status, got.reasons, got.error)
+    assert "check_failed:broken" in got.reasons
+    assert any("CUDA out of memory" in e for e in got.notes["check_errors"])
+
+
 # -- confinement (Landlock) ----------------------------------------------------------------------
 
 needs_landlock = pytest.mark.skipif(not confine.supported(),

@@ -527,3 +527,24 @@ def test_torch_own_lazy_patching_is_not_taken_for_tampering():
     lines = out.stdout.splitlines()
     assert "clean []" in lines
     assert "patched ['torch.manual_seed']" in lines
+
+
+def test_a_worker_gives_device_memory_back_after_each_task(monkeypatch):
+    """What an idle worker keeps is invisible to the parent's memory gate: after a task its
+    cached blocks are emptied, and a worker still holding more than it exported (beyond 1 GiB)
+    asks to be replaced. The CUDA calls are stood in for: CI has no GPU."""
+    from curate.verify import harness, transport
+    state = {"reserved": 3 << 30, "emptied": 0}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: state.__setitem__(
+        "emptied", state["emptied"] + 1))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a: state["reserved"])
+    monkeypatch.setattr(transport, "held_bytes", lambda: 0)
+    res = harness.release_device_memory({"status": "compiled"})
+    assert state["emptied"] == 1 and res["_recycle"] and res["memory_kept_gb"] == 3.0
+    monkeypatch.setattr(transport, "held_bytes", lambda: 5 << 29)   # outputs not yet released
+    assert "_recycle" not in harness.release_device_memory({"status": "ok"})
+    state["reserved"] = 100 << 20
+    monkeypatch.setattr(transport, "held_bytes", lambda: 0)
+    assert "_recycle" not in harness.release_device_memory({"status": "ok"})

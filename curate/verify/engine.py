@@ -582,9 +582,15 @@ class Verifier:
         fatal = None
         for f in ctx.flags:
             res.reason(f.reason)
-            if f.fatal and fatal is None:
+            # what a gate found outranks a gate that broke (check_failed: runtime_error)
+            if f.fatal and (fatal is None or (fatal.reason.startswith("check_failed:")
+                                              and not f.reason.startswith("check_failed:"))):
                 fatal = f
+        if ctx.notes.get("check_errors"):  # a parent-side check that broke
+            res.notes.setdefault("check_errors", ctx.notes["check_errors"])
         if fatal is not None:
+            if fatal.reason.startswith("check_failed:") and res.status == "incorrect":
+                return True  # the outputs were already wrong: that verdict stands
             res.status = fatal.status or default
             if res.status != "verified":
                 res.correct = False if res.status in ("deceptive", "incorrect") else res.correct

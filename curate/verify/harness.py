@@ -19,6 +19,7 @@ Timers are captured when this module is imported, before any candidate code exis
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib.metadata
 import importlib.util
 import itertools
@@ -71,24 +72,48 @@ def handle(task: dict) -> dict:
     os.environ["TORCH_EXTENSIONS_DIR"] = task.get("extensions_dir") or os.environ.get(
         "TORCH_EXTENSIONS_DIR", os.path.join(os.getcwd(), "torch_extensions"))
     try:
-        if role == "judge":
-            return run_judge(task)
-        if role == "compile":
-            return run_compile(task)
-        if role == "candidate":
-            transport.release()  # a row that never released (its parent died) frees here
-            return run_candidate(task)
-        if role == "release":
-            return {"status": "ok", "released": transport.release()}
-        if role == "probe_send":
-            return probe_send(task)
-        if role == "probe_cuda":
-            return probe_cuda(task)
-        if role == "probe_receive":
-            return probe_receive(task)
-        raise ValueError(f"unknown role {role!r}")
+        result = _dispatch(role, task)
     finally:
         _forget_modules()
+    return release_device_memory(result)
+
+
+def _dispatch(role: str, task: dict) -> dict:
+    if role == "judge":
+        return run_judge(task)
+    if role == "compile":
+        return run_compile(task)
+    if role == "candidate":
+        transport.release()  # a row that never released (its parent died) frees here
+        return run_candidate(task)
+    if role == "release":
+        return {"status": "ok", "released": transport.release()}
+    if role == "probe_send":
+        return probe_send(task)
+    if role == "probe_cuda":
+        return probe_cuda(task)
+    if role == "probe_receive":
+        return probe_receive(task)
+    raise ValueError(f"unknown role {role!r}")
+
+
+KEEP_IDLE_BYTES = 1 << 30   # device memory an idle worker may keep beyond what it exported
+
+
+def release_device_memory(result):
+    """After a task, once its locals are gone: the cached blocks go back to the driver, so an
+    idle worker holds no device memory that the parent's memory gate cannot see. (On the H200,
+    compile workers kept 6-12 GiB each after their warm-up and 9 of 53 KernelBench rows ran out
+    of memory.) A worker that still holds more than it exported asks to be replaced."""
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return result
+    gc.collect()                # the task's reference cycles (modules, models) die here
+    torch.cuda.empty_cache()
+    kept = torch.cuda.memory_reserved() - transport.held_bytes()
+    if kept > KEEP_IDLE_BYTES and isinstance(result, dict):
+        result["_recycle"] = True
+        result.setdefault("memory_kept_gb", round(kept / 2**30, 2))
+    return result
 
 
 def env_info(device: str) -> dict:

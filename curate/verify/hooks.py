@@ -106,8 +106,10 @@ def load_checks(kind: str) -> list:
 
 
 def run_hook(checks: list, hook: str, ctx: CheckContext, *args) -> None:
-    """Call `hook` on every check; a check that breaks is logged as a warning reason, never
-    an exception that would hide the candidate's own result."""
+    """Call `hook` on every check. A check that breaks never raises over the candidate's own
+    result, and it fails the row closed (`runtime_error`, reason `check_failed:<name>`, the
+    error in notes): a gate that could not run has not passed, and a candidate that makes a
+    gate break (by running out of memory inside it, say) must not be `verified` for it."""
     for check in checks:
         fn = getattr(check, hook, None)
         if fn is None:
@@ -115,5 +117,8 @@ def run_hook(checks: list, hook: str, ctx: CheckContext, *args) -> None:
         try:
             fn(ctx, *args)
         except Exception as exc:  # noqa: BLE001
-            log.warning("check %s.%s failed: %s", getattr(check, "name", check), hook, exc)
-            ctx.flag(f"check_failed:{getattr(check, 'name', 'check')}")
+            name = getattr(check, "name", "check")
+            log.warning("check %s.%s failed: %s", name, hook, exc)
+            ctx.flag(f"check_failed:{name}", fatal=True, status="runtime_error")
+            ctx.notes.setdefault("check_errors", []).append(
+                f"{name}.{hook}: {type(exc).__name__}: {str(exc)[:300]}")

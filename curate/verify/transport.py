@@ -32,6 +32,11 @@ _DTYPES = {str(d).removeprefix("torch."): d for d in (
 _RC_NAME = re.compile(rb"^/?[A-Za-z0-9_.-]{1,200}$")
 
 
+def held_bytes() -> int:
+    """Device memory this worker keeps on purpose (exported outputs the judge has not released)."""
+    return sum(t.untyped_storage().nbytes() for t in _HELD)
+
+
 def release() -> int:
     """Drop what this worker exported (the judge has finished with it). Returns the count."""
     n = len(_HELD)
