@@ -543,9 +543,6 @@ def run_compile(task: dict) -> dict:
                 return info
             result["warm_error"] = info["error"][:300]
             result["_recycle"] = info["_recycle"]
-        finally:
-            if device == "cuda":
-                torch.cuda.empty_cache()
     result["seconds"] = time.monotonic() - t0
     return _finish(result)
 
