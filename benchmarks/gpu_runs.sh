@@ -37,8 +37,10 @@ for phase in "$@"; do
         > "$OUT/build.log" 2>&1; echo "build exit $?"
       tail -15 "$OUT/build.log"; cp /tmp/curate-gpu-build/stats.json "$OUT/build_stats.json" ;;
     throughput)
+      # SERIAL_FROM=<a `serial` phase's JSON>: the serial figures come from there
       timeout $(( ${DEADLINE:-575} + 15 )) python3 benchmarks/verify_throughput.py --kernelbench "$KB" --n 60 \
         --serial 15 --serial-budget "${SERIAL_BUDGET:-330}" --deadline "${DEADLINE:-575}" \
+        ${SERIAL_FROM:+--serial-from "$SERIAL_FROM"} \
         --out "$OUT/verify_throughput_h200.json" 2>&1 | grep -v "^\[" | tail -40 ;;
     serial)
       # the naive serial harness alone on 15 of the same sample (it does not fit beside the rest)

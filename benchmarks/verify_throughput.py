@@ -286,6 +286,9 @@ def main(argv=None) -> int:
                     help="only the serial harness, on the first --serial problems of the same "
                          "seeded sample (15 serial pairs take 8-10 minutes alone on the H200, "
                          "so they need a command of their own)")
+    ap.add_argument("--serial-from", type=Path, default=None,
+                    help="take the serial harness's figures from a --serial-only run's JSON "
+                         "instead of running it here")
     ap.add_argument("--serial-one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.serial_one:
@@ -330,9 +333,16 @@ def main(argv=None) -> int:
     save_partial(run2=run2)
     by_id = {p["id"]: p for p in problems}
     serial_rows = [by_id.get(p.get("ref_id")) or p for p in pairs][: args.serial]
-    serial = run_serial(serial_rows, device, args.serial_budget,
-                        on_pair=lambda part: save_partial(serial=part),
-                        stop_at=t_all + args.deadline if args.deadline else None)
+    if args.serial_from:  # measured in a command of its own (--serial-only), same sample
+        prev = json.loads(args.serial_from.read_text())
+        if prev.get("seed") != args.seed:
+            raise SystemExit(f"{args.serial_from}: seed {prev.get('seed')}, this run {args.seed}")
+        serial = {**prev["serial"], "source": str(args.serial_from),
+                  "started": prev.get("started")}
+    else:
+        serial = run_serial(serial_rows, device, args.serial_budget,
+                            on_pair=lambda part: save_partial(serial=part),
+                            stop_at=t_all + args.deadline if args.deadline else None)
     print(f"serial harness: {serial['pairs']} pairs in {serial['wall_s']:.1f}s")
 
     synth_s = (report["synth"] or {}).get("seconds", 0.0)
