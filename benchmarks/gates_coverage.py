@@ -24,13 +24,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.hostile_table import COMPARISON  # noqa: E402
+from benchmarks.hostile_table import read_paths, reproduced_reference  # noqa: E402
 
 
 def selection(paths: list[str], spec: dict) -> list[str]:
     rows = list(paths)
     if spec.get("paths"):
-        keep = {x.strip() for x in Path(spec["paths"]).read_text().splitlines() if x.strip()}
+        keep = read_paths("@" + spec["paths"])
         rows = [p for p in rows if p in keep]
     rows = rows[int(spec.get("skip", 0)):]
     return rows[: int(spec["limit"])] if spec.get("limit") else rows
@@ -61,20 +61,18 @@ def main(argv=None) -> int:
                              f"had {c['rows']}: give the run's own --skip/--limit/--paths")
         not_reached = set(c.get("not_reached") or [])
         other = {x["path"]: x for x in c.get("not_verified") or []}
-        flagged = {x["path"] for x in c.get("flagged") or []}
         for p in chosen:
             if p in not_reached:
                 continue
             x = other.get(p)
             latest[p] = {"status": x["status"] if x else "verified",
                          "reasons": x["reasons"] if x else [],
-                         "false_positive": p in flagged, "run": file.name,
+                         "run": file.name,
                          "started": report.get("started")}
         runs.append({"file": file.name, "started": report.get("started"), "selection": spec,
                      "rows": len(chosen), "reached": len(chosen) - len(not_reached)})
     statuses = collections.Counter(v["status"] for v in latest.values())
-    reproduced = [p for p, v in latest.items() if v["status"] in ("verified", "deceptive")
-                  and not any(r.split(":")[0] in COMPARISON for r in v["reasons"])]
+    reproduced = [p for p, v in latest.items() if reproduced_reference(v["status"], v["reasons"])]
     fps = [p for p in reproduced if latest[p]["status"] == "deceptive"]
     out = {
         "table_rows": len(table), "covered": len(latest), "runs": runs,

@@ -121,6 +121,18 @@ def inductor_fixture_rows() -> list[dict]:
     return rows
 
 
+def reproduced_reference(status: str, reasons: list[str]) -> bool:
+    """The row's outputs matched the reference (so a `deceptive` verdict is a gate's alone)."""
+    return (status in ("verified", "deceptive")
+            and not any(x.split(":")[0] in COMPARISON for x in reasons))
+
+
+def read_paths(arg: str) -> set[str]:
+    """`a,b,c` or `@FILE` (one per line) -> a set of candidate paths."""
+    text = Path(arg[1:]).read_text() if arg.startswith("@") else arg
+    return {x.strip() for x in text.replace(",", "\n").splitlines() if x.strip()}
+
+
 def candidate_rows(path: str, limit: int | None, skip: int = 0,
                    paths: set[str] | None = None) -> list[dict]:
     from curate.tableio import read_rows
@@ -150,8 +162,7 @@ def candidate_fp(path: str, rows: list[dict], results: list[dict | None]) -> dic
     statuses = collections.Counter(r["status"] for _, r in reached)
     reasons = collections.Counter(x for _, r in reached for x in r["reasons"])
     reproduced = [(row, r) for row, r in reached
-                  if r["status"] in ("verified", "deceptive")
-                  and not any(x.split(":")[0] in COMPARISON for x in r["reasons"])]
+                  if reproduced_reference(r["status"], r["reasons"])]
     flagged = [(row, r) for row, r in reproduced if r["status"] == "deceptive"]
     return {
         "table": path, "rows": len(rows), "reached": len(reached), "statuses": dict(statuses),
@@ -224,10 +235,7 @@ def main(argv=None) -> int:
         only = set(args.cases.split(",")) if args.cases else None
         backends = args.backends or ("triton,cuda" if device == "cuda" else "triton,cuda,cpp")
         fixtures = fixture_rows(backends.split(","), only)
-    paths = None
-    if args.paths:
-        text = Path(args.paths[1:]).read_text() if args.paths.startswith("@") else args.paths
-        paths = {x.strip() for x in text.replace(",", "\n").splitlines() if x.strip()}
+    paths = read_paths(args.paths) if args.paths else None
     cands = (candidate_rows(args.candidates, args.limit, args.skip, paths)
              if args.candidates else [])
 

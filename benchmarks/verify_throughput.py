@@ -46,6 +46,13 @@ def sample_problems(root: Path, n: int, seed: int, levels: list[str]) -> list[Pa
     return sorted(rng.sample(files, min(n, len(files))))
 
 
+def sampled_rows(args) -> list[dict]:
+    """The seeded sample of problems (the same for the pipeline and the serial-only run)."""
+    files = sample_problems(args.kernelbench, args.n, args.seed,
+                            [x for x in args.levels.split(",") if x])
+    return problem_rows(files, args.kernelbench)
+
+
 def problem_rows(files: list[Path], root: Path) -> list[dict]:
     from curate.record import content_hash
     from curate.schema import new_record
@@ -311,9 +318,7 @@ def main(argv=None) -> int:
     else:
         if not args.kernelbench:
             ap.error("--kernelbench DIR or --pairs TABLE is required")
-        files = sample_problems(args.kernelbench, args.n, args.seed,
-                                [x for x in args.levels.split(",") if x])
-        problems = problem_rows(files, args.kernelbench)
+        problems = sampled_rows(args)
         report["problems"] = [r["path"] for r in problems]
         pairs, report["synth"] = synthesize(problems, device)
         print(f"synth: {len(pairs)} candidates from {len(problems)} problems in "
@@ -377,9 +382,7 @@ def serial_only(args) -> int:
         raise SystemExit("--serial-only needs --kernelbench DIR")
     device = args.device or detect_device()
     t_all = time.monotonic()
-    files = sample_problems(args.kernelbench, args.n, args.seed,
-                            [x for x in args.levels.split(",") if x])
-    rows = problem_rows(files, args.kernelbench)[: args.serial]
+    rows = sampled_rows(args)[: args.serial]
     report = {"device": device, "hardware": hardware(device), "seed": args.seed,
               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "serial_only": True, "problems": [r["path"] for r in rows]}
