@@ -5,6 +5,7 @@
 #   bash benchmarks/gpu_runs.sh tests synth      # GPU tests, then synth over KernelBench L1-3
 #   bash benchmarks/gpu_runs.sh throughput       # verify throughput against a serial harness
 #   bash benchmarks/gpu_runs.sh serial           # the serial harness alone, 15 pairs
+#   bash benchmarks/gpu_runs.sh memory           # workers replaced for kept memory, or not
 #   bash benchmarks/gpu_runs.sh hostile fp       # hostile fixtures, then false positives
 #   bash benchmarks/gpu_runs.sh gates            # both in one verify pass (needs $CANDS;
 #                                                # PATHS=@file: only those candidates)
@@ -41,7 +42,17 @@ for phase in "$@"; do
       timeout $(( ${DEADLINE:-575} + 15 )) python3 benchmarks/verify_throughput.py --kernelbench "$KB" --n 60 \
         --serial 15 --serial-budget "${SERIAL_BUDGET:-330}" --deadline "${DEADLINE:-575}" \
         ${SERIAL_FROM:+--serial-from "$SERIAL_FROM"} \
-        --out "$OUT/verify_throughput_h200.json" 2>&1 | grep -v "^\[" | tail -40 ;;
+        --out "$OUT/verify_throughput_h200.json" 2>&1 | tee "$OUT/throughput.log" \
+        | grep -v "^\[" | tail -40 ;;
+    memory)
+      # what workers keep between tasks: replaced above 1 GiB kept, or never (only reported);
+      # one verify run each over the first $LIMIT candidates of the seeded sample ($CANDS)
+      for keep in 1.0 none; do
+        timeout "${MEMORY_TIMEOUT:-240}" python3 benchmarks/verify_throughput.py --kernelbench "$KB" \
+          --pairs "$CANDS" --limit "${LIMIT:-20}" --runs 1 --serial 0 --keep-idle-gb $keep \
+          --out "$OUT/verify_memory_keep_$keep.json" > "$OUT/memory_keep_$keep.log" 2>&1
+        echo "keep_idle_gb=$keep exit $?"; grep -v "^\[" "$OUT/memory_keep_$keep.log" | tail -28
+      done ;;
     serial)
       # the naive serial harness alone on 15 of the same sample (it does not fit beside the rest)
       timeout $(( ${DEADLINE:-575} + 15 )) python3 benchmarks/verify_throughput.py --kernelbench "$KB" \

@@ -19,6 +19,7 @@ The JSON holds the hardware, versions, per-pair results and every figure printed
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import platform
@@ -27,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -87,14 +89,36 @@ def synthesize(rows: list[dict], device: str) -> tuple[list[dict], dict]:
 
 # -- verify --------------------------------------------------------------------------------------
 def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
-               cache_dir: str | None) -> dict:
+               cache_dir: str | None, keep_idle_gb: float | None = 1.0, label: str = "") -> dict:
     from curate.verify import Verifier
     t0 = time.monotonic()
     results = {}
-    with Verifier(device=device, workers=workers, seed=seed, cache_dir=cache_dir) as v:
+    with Verifier(device=device, workers=workers, seed=seed, cache_dir=cache_dir,
+                  keep_idle_gb=keep_idle_gb) as v:
         t_ready = time.monotonic()
+        last = [time.monotonic()]
+        stop = threading.Event()
+
+        def watchdog():  # a run that stops finishing rows says where it waits
+            while not stop.wait(15):
+                if time.monotonic() - last[0] > 60:
+                    gate = v._memory
+                    print(f"{label} watchdog: no row for {time.monotonic() - last[0]:.0f}s, "
+                          f"memory gate {gate.used:.1f}/{gate.capacity:.1f} GB, "
+                          f"recycled={v.recycled}", file=sys.stderr, flush=True)
+                    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+                    last[0] = time.monotonic()
+        threading.Thread(target=watchdog, daemon=True).start()
         for i, r in v.verify(pairs):
             results[pairs[i]["id"]] = r
+            last[0] = time.monotonic()
+            # one line a row: where a slow run spends its time shows in the log
+            kept = {k[8:]: x for k, x in r.notes.items() if k.startswith("kept_gb_")}
+            print(f"{label} +{time.monotonic() - t0:6.1f}s {len(results):3d}/{len(pairs)} "
+                  f"{(pairs[i].get('path') or pairs[i]['id'])[:40]:40s} {r.status:14s} "
+                  f"{r.seconds:6.1f}s kept_gb={kept} recycled={v.recycled}",
+                  file=sys.stderr, flush=True)
+        stop.set()
         stats = {"workers": v.workers, "reference_workers": v.ref_workers,
                  "compile_workers": v.compile_workers, "replaced": v.replaced,
                  "recycled": v.recycled, "confined": v.confined,
@@ -115,7 +139,9 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
                      "ref_ms": r.ref_ms, "kernel_ms": r.kernel_ms, "trials": r.timed_trials,
                      "seconds": round(r.seconds, 2), "reasons": r.reasons,
                      "notes": {k: r.notes.get(k) for k in _PHASES + (
-                         "peak_gb", "warm_peak_gb", "alone_retry", "patched", "compile_patched")},
+                         "peak_gb", "warm_peak_gb", "alone_retry", "patched", "compile_patched",
+                         "kept_gb_compile", "kept_gb_candidate", "kept_gb_judge",
+                         "kept_gb_release")},
                      "error": (r.error or "")[:300] or None}
                  for k, r in results.items()},
     }
@@ -296,6 +322,13 @@ def main(argv=None) -> int:
     ap.add_argument("--serial-from", type=Path, default=None,
                     help="take the serial harness's figures from a --serial-only run's JSON "
                          "instead of running it here")
+    ap.add_argument("--keep-idle-gb", default="1.0",
+                    help="device memory a worker may keep between tasks before it is replaced "
+                         "('none': never replaced for memory)")
+    ap.add_argument("--limit", type=int, default=None,
+                    help="with --pairs: verify only the first LIMIT pairs")
+    ap.add_argument("--runs", type=int, default=2, choices=(1, 2),
+                    help="verify runs (2 gives the speedup agreement)")
     ap.add_argument("--serial-one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.serial_one:
@@ -312,7 +345,11 @@ def main(argv=None) -> int:
     if args.pairs:
         from curate.tableio import read_rows
         from curate.record import ensure_id
-        pairs = [ensure_id(r) for r in read_rows(args.pairs) if r.get("kernel_code")][: args.n]
+        pairs = [ensure_id(r) for r in read_rows(args.pairs) if r.get("kernel_code")]
+        if args.kernelbench:  # the candidates of the seeded sample only
+            sample = {r["path"] for r in sampled_rows(args)}
+            pairs = [r for r in pairs if r.get("path") in sample]
+        pairs = pairs[: args.limit or args.n]
         problems = pairs
         report["synth"] = None
     else:
@@ -328,14 +365,20 @@ def main(argv=None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({**report, "partial": True}, indent=1, default=str))
 
+    keep = None if args.keep_idle_gb.lower() == "none" else float(args.keep_idle_gb)
+    report["keep_idle_gb"] = keep
     save_partial(pairs=len(pairs))
-    run1 = run_verify(pairs, device, args.workers, args.seed, cache_dir)
+    run1 = run_verify(pairs, device, args.workers, args.seed, cache_dir, keep, "run1")
     print(f"verify run 1: {len(pairs)} pairs in {run1['wall_s']:.1f}s {run1['statuses']} "
-          f"transport={run1['pool']['transport']} phases={run1['phase_median_s']}")
+          f"transport={run1['pool']['transport']} recycled={run1['pool']['recycled']} "
+          f"phases={run1['phase_median_s']}")
     save_partial(run1=run1)
-    run2 = run_verify(pairs, device, args.workers, args.seed, cache_dir)
-    print(f"verify run 2: {len(pairs)} pairs in {run2['wall_s']:.1f}s {run2['statuses']}")
-    save_partial(run2=run2)
+    run2 = None
+    if args.runs == 2:
+        run2 = run_verify(pairs, device, args.workers, args.seed, cache_dir, keep, "run2")
+        print(f"verify run 2: {len(pairs)} pairs in {run2['wall_s']:.1f}s {run2['statuses']} "
+              f"recycled={run2['pool']['recycled']}")
+        save_partial(run2=run2)
     by_id = {p["id"]: p for p in problems}
     serial_rows = [by_id.get(p.get("ref_id")) or p for p in pairs][: args.serial]
     if args.serial_from:  # measured in a command of its own (--serial-only), same sample
@@ -352,18 +395,18 @@ def main(argv=None) -> int:
 
     synth_s = (report["synth"] or {}).get("seconds", 0.0)
     pipeline_pph = len(pairs) / (synth_s + run1["wall_s"]) * 3600 if pairs else None
-    agree = agreement(run1, run2)
+    agree = agreement(run1, run2) if run2 else {"median_rel_diff": None}
     report.update({
         "pairs": len(pairs), "run1": run1, "run2": run2, "serial": serial, "agreement": agree,
         "figures": {
             "synth_plus_verify_pairs_per_hour": pipeline_pph,
             "verify_pairs_per_hour_run1": run1["pairs_per_hour"],
-            "verify_pairs_per_hour_run2": run2["pairs_per_hour"],
+            "verify_pairs_per_hour_run2": run2 and run2["pairs_per_hour"],
             "serial_pairs_per_hour": serial["pairs_per_hour"],
             "ratio_vs_serial": (pipeline_pph / serial["pairs_per_hour"]
                                 if pipeline_pph and serial["pairs_per_hour"] else None),
             "gpu_busy_share_run1": run1["gpu_busy_share"],
-            "gpu_busy_share_run2": run2["gpu_busy_share"],
+            "gpu_busy_share_run2": run2 and run2["gpu_busy_share"],
             "speedup_median_rel_diff": agree["median_rel_diff"],
         },
         "total_s": time.monotonic() - t_all,

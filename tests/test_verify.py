@@ -539,12 +539,17 @@ def test_a_worker_gives_device_memory_back_after_each_task(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: state.__setitem__(
         "emptied", state["emptied"] + 1))
+    monkeypatch.setattr(torch.cuda, "ipc_collect", lambda: None)
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a: state["reserved"])
     monkeypatch.setattr(transport, "held_bytes", lambda: 0)
     res = harness.release_device_memory({"status": "compiled"})
     assert state["emptied"] == 1 and res["_recycle"] and res["memory_kept_gb"] == 3.0
     monkeypatch.setattr(transport, "held_bytes", lambda: 5 << 29)   # outputs not yet released
     assert "_recycle" not in harness.release_device_memory({"status": "ok"})
-    state["reserved"] = 100 << 20
     monkeypatch.setattr(transport, "held_bytes", lambda: 0)
+    kept = harness.release_device_memory({"status": "ok"}, keep_gb=None)  # report only
+    assert "_recycle" not in kept and kept["memory_kept_gb"] == 3.0
+    assert harness.release_device_memory({"status": "ok"}, keep_gb=4.0)["memory_kept_gb"] == 3.0
+    assert "_recycle" not in harness.release_device_memory({"status": "ok"}, keep_gb=4.0)
+    state["reserved"] = 100 << 20
     assert "_recycle" not in harness.release_device_memory({"status": "ok"})

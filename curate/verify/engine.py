@@ -136,7 +136,8 @@ class Verifier:
                  reference_workers: int | None = None, compile_workers: int | None = None,
                  cache_dir: str | os.PathLike | None = None, memory_gb: float | None = None,
                  compile_ahead: bool = True, output_bytes: int = 8 * 2**20, gates: bool = True,
-                 confine: bool | None = None, transport: str = "auto"):
+                 confine: bool | None = None, transport: str = "auto",
+                 keep_idle_gb: float | None = 1.0):
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be cpu or cuda, not {device!r}")
         cpus = os.cpu_count() or 2
@@ -165,6 +166,8 @@ class Verifier:
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
         self.memory_gb = memory_gb if memory_gb is not None else (8.0 if device == "cpu" else None)
         self.output_bytes = output_bytes
+        # device memory a worker may keep between tasks before it is replaced (None: never)
+        self.keep_idle_gb = keep_idle_gb
         self.gates = gates  # False: the bare harness, without curate.verify.gates' checks
         self.confine = confine  # None: Landlock where a probe says CUDA works under it
         self.confined: bool | None = None  # what start() decided
@@ -395,7 +398,8 @@ class Verifier:
              "seed_init": _seed(self.seed, key, "init"),
              "seeds": [_seed(self.seed, key, "trial", i) for i in range(self.trials)],
              "inplace_last": True, "tag": key[:8], "gates": self.gates,
-             "extensions_dir": str(self.cache_dir / "ext" / code_hash)}
+             "extensions_dir": str(self.cache_dir / "ext" / code_hash),
+             "keep_idle_gb": self.keep_idle_gb}
         if out_dir is not None:
             t["out_dir"] = str(out_dir)
         t.update(extra)
@@ -456,6 +460,7 @@ class Verifier:
                 self._worker_status(comp.value, res)
                 return res
             res.notes["compile_s"] = comp.value.get("seconds")
+            _note_kept(res, "compile", comp)
             for k in ("import_s", "warm_s", "lock_wait_s"):
                 if comp.value.get(k) is not None:
                     res.notes[f"compile_{k}"] = comp.value[k]
@@ -492,6 +497,7 @@ class Verifier:
                                    transport=self.transport)
             cand_res = cw.call(cand_task)
             res.notes["candidate_s"] = round(cand_res.seconds, 3)
+            _note_kept(res, "candidate", cand_res)
             if not self._task_ok(cand_res, res, "candidate"):
                 return res
             value = cand_res.value
@@ -511,10 +517,12 @@ class Verifier:
                 cand_exports=value.get("exports") or [])
             judge = self.pools["reference"].call(judge_task)
             res.notes["judge_s"] = round(judge.seconds, 3)
+            _note_kept(res, "judge", judge)
         finally:
             try:
                 if ipc and cw.alive:
-                    cw.call({"role": "release"}, 60)
+                    rel = cw.call({"role": "release", "keep_idle_gb": self.keep_idle_gb}, 60)
+                    _note_kept(res, "release", rel)
             finally:
                 hold.__exit__(None, None, None)
                 shutil.rmtree(job, ignore_errors=True)
@@ -665,6 +673,12 @@ class MemoryGate:
         with self._cond:
             self.used = max(0.0, self.used - gb)
             self._cond.notify_all()
+
+
+def _note_kept(res: VerifyResult, role: str, tr: TaskResult) -> None:
+    """Device memory the worker kept after this task (GiB): what the memory gate cannot see."""
+    if isinstance(tr.value, dict) and tr.value.get("memory_kept_gb") is not None:
+        res.notes[f"kept_gb_{role}"] = tr.value["memory_kept_gb"]
 
 
 def _job_root(tmp: Path, min_free: int = 32 * 2**30) -> Path:
