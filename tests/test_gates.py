@@ -297,6 +297,32 @@ def test_a_gate_that_breaks_fails_the_row_closed(tmp_path, extra, status):
     assert got.status == status, (got.status, got.reasons, got.error)
     assert "check_failed:broken" in got.reasons
     assert any("CUDA out of memory" in e for e in got.notes["check_errors"])
+    # out of memory inside a gate: reason out_of_memory too (the GPU's alone retry keys on it)
+    assert "out_of_memory" in got.reasons
+
+
+def test_only_a_gate_out_of_memory_asks_for_the_alone_retry():
+    from curate.verify.hooks import CheckContext, run_hook
+
+    class Raises:
+        name = "raises"
+
+        def __init__(self, exc):
+            self.exc = exc
+
+        def after_candidate(self, ctx):
+            raise self.exc
+
+    def reasons(exc):
+        ctx = CheckContext(role="parent", device="cuda", backend="triton", pytorch_code="",
+                           kernel_code="")
+        run_hook([Raises(exc)], "after_candidate", ctx)
+        return {f.reason: (f.fatal, f.status) for f in ctx.flags}
+
+    oom = reasons(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB"))
+    assert oom == {"check_failed:raises": (True, "runtime_error"), "out_of_memory": (False, None)}
+    other = reasons(ValueError("shape mismatch"))
+    assert other == {"check_failed:raises": (True, "runtime_error")}
 
 
 # -- confinement (Landlock) ----------------------------------------------------------------------

@@ -120,5 +120,16 @@ def run_hook(checks: list, hook: str, ctx: CheckContext, *args) -> None:
             name = getattr(check, "name", "check")
             log.warning("check %s.%s failed: %s", name, hook, exc)
             ctx.flag(f"check_failed:{name}", fatal=True, status="runtime_error")
+            if _out_of_memory(exc):  # on the GPU the row is then run again, alone
+                ctx.flag("out_of_memory")
             ctx.notes.setdefault("check_errors", []).append(
                 f"{name}.{hook}: {type(exc).__name__}: {str(exc)[:300]}")
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """A gate that ran out of memory (on the H200, level1/87's degeneracy gate did, in a worker
+    that other rows had left fragmented) has not found anything: the row deserves the
+    alone retry that an out-of-memory candidate gets."""
+    msg = str(exc).lower()
+    return (isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
+            or "out of memory" in msg or "alloc_failed" in msg)
