@@ -38,7 +38,8 @@ from .timing import capture_timers
 TIMERS = capture_timers()           # before any candidate code is imported
 
 from .compare import Comparison, compare, flatten_outputs  # noqa: E402
-from .hooks import CandidateCall, CheckContext, load_checks, run_hook  # noqa: E402
+from .hooks import (CandidateCall, CheckContext, is_out_of_memory, load_checks,  # noqa: E402
+                    run_hook)
 from .lock import DeviceLock  # noqa: E402
 from . import transport  # noqa: E402
 from .timing import L2Flush, time_cpu, time_cuda  # noqa: E402
@@ -249,8 +250,6 @@ def _inputs_equal(a: list, b: list) -> bool:
 _CUDA_FATAL = re.compile(r"illegal memory access|misaligned address|unspecified launch failure|"
                          r"device-side assert|CUDA error|an illegal instruction|"
                          r"cudaErrorLaunch|AcceleratorError", re.IGNORECASE)
-_OOM = re.compile(r"out of memory|CUDA out of memory|std::bad_alloc|Cannot allocate memory|"
-                  r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED", re.IGNORECASE)
 _BUILD = re.compile(r"Error building extension|CompilationError|ninja: build stopped|"
                     r"error: command .* failed|compilation terminated", re.IGNORECASE)
 
@@ -261,7 +260,7 @@ def classify_exception(exc: BaseException, phase: str) -> dict:
     name, msg = type(exc).__name__, str(exc)
     reasons: list[str] = []
     recycle = False
-    if isinstance(exc, MemoryError) or _OOM.search(msg) or name == "OutOfMemoryError":
+    if is_out_of_memory(exc):
         status, reasons = "runtime_error", ["out_of_memory"]
         recycle = True
     elif _CUDA_FATAL.search(msg) or name == "AcceleratorError":

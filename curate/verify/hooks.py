@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,16 +121,20 @@ def run_hook(checks: list, hook: str, ctx: CheckContext, *args) -> None:
             name = getattr(check, "name", "check")
             log.warning("check %s.%s failed: %s", name, hook, exc)
             ctx.flag(f"check_failed:{name}", fatal=True, status="runtime_error")
-            if _out_of_memory(exc):  # on the GPU the row is then run again, alone
+            # a gate that ran out of memory found nothing (on the H200, level1/87's degeneracy
+            # gate did, in a worker left fragmented): the row gets the GPU's alone retry
+            if is_out_of_memory(exc):
                 ctx.flag("out_of_memory")
             ctx.notes.setdefault("check_errors", []).append(
                 f"{name}.{hook}: {type(exc).__name__}: {str(exc)[:300]}")
 
 
-def _out_of_memory(exc: BaseException) -> bool:
-    """A gate that ran out of memory (on the H200, level1/87's degeneracy gate did, in a worker
-    that other rows had left fragmented) has not found anything: the row deserves the
-    alone retry that an out-of-memory candidate gets."""
-    msg = str(exc).lower()
+
+_OOM = re.compile(r"out of memory|CUDA out of memory|std::bad_alloc|Cannot allocate memory|"
+                  r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED", re.IGNORECASE)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """The one reading of "ran out of memory", for candidates (harness) and gates alike."""
     return (isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
-            or "out of memory" in msg or "alloc_failed" in msg)
+            or bool(_OOM.search(str(exc))))
