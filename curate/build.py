@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import platform
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ from . import __version__
 from .hub.shards import write_shards
 from .pipeline import config as pconfig
 from .pipeline.runner import Runner, fingerprint, stage_paths, step_id
-from .tableio import TableWriter, read_batches
+from .tableio import TableWriter, clear_leftovers, read_batches
 
 log = logging.getLogger("curate")
 
@@ -22,10 +23,12 @@ log = logging.getLogger("curate")
 def build(spec: dict, out_dir: str | Path, *, progress: bool = True) -> dict:
     """Run `spec` (see pipeline/config.py) into `out_dir`; return the stats written to stats.json."""
     out = Path(out_dir)
+    source = pconfig.build_source(spec)  # every setting checked before anything is written
+    steps = pconfig.build_steps(spec)
     out.mkdir(parents=True, exist_ok=True)
     (out / "pipeline.yaml").write_text(pconfig.dump(spec))
-    source = pconfig.build_source(spec)
-    steps = pconfig.build_steps(spec)
+    clear_leftovers(out / "stages")  # what a killed run left half-written
+    clear_leftovers(out)
     t0 = time.monotonic()
     runner = Runner(out, progress=progress)
     try:
@@ -55,7 +58,9 @@ def build(spec: dict, out_dir: str | Path, *, progress: bool = True) -> dict:
         "stages": [s.to_json() for s in runner.stats],
         "shards": [p.relative_to(out).as_posix() for p in shards],
     }
-    (out / "stats.json").write_text(json.dumps(stats, indent=2))
+    tmp = out / ".stats.json.tmp"  # a build cut short never leaves a stats.json half-written
+    tmp.write_text(json.dumps(stats, indent=2))
+    os.replace(tmp, out / "stats.json")
     from .card.render import render_card  # the card to review before `curate push`
     render_card(out)
     return stats

@@ -7,13 +7,14 @@ from pathlib import Path
 import click
 
 from .build import build as run_build
+from .cli import FiniteFloat
 from .pipeline.config import load_pipeline
 
 
 @click.command("build")
 @click.option("--pipeline", "pipeline_file", type=click.Path(dir_okay=False),
               help="Pipeline file (default: the bundled pipelines/default.yaml).")
-@click.option("--threshold", type=float, help="Keep verified pairs whose speedup 95% lower bound "
+@click.option("--threshold", type=FiniteFloat(min=0), help="Keep verified pairs whose speedup 95% lower bound "
               "is at least this (default 2.0).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Build directory (default: build).")

@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 import os
+import signal
 import sys
+import threading
 import traceback
 
 import click
 
 from . import __version__
-from .errors import BadInput, NotAvailable
+from .errors import BadInput, NotAvailable, Terminated
+
+INTERRUPTED = "interrupted; rerun the same command to resume"
+EXIT_GRACE_S = 5.0  # after an interrupt, how long shutdown may wait on worker threads
 
 # name -> (module:attribute, one-line help). The order is the order of the user's work.
 COMMANDS = {
@@ -29,6 +35,18 @@ COMMANDS = {
     "card": ("curate.card.cli:card", "Render the dataset card (README.md) of a build."),
     "push": ("curate.hub.cli:push", "Upload shards and card to the Hugging Face Hub."),
 }
+
+
+class FiniteFloat(click.FloatRange):
+    """A FloatRange that also refuses nan and inf (FloatRange lets nan through)."""
+
+    name = "number"
+
+    def convert(self, value, param, ctx):
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return rv
 
 
 def _unavailable(name: str, summary: str) -> click.Command:
@@ -74,10 +92,14 @@ def main(verbose: bool) -> None:
 
 
 def run() -> None:
-    """Console entry point: map errors onto the contract's exit codes (2 bad input, 1 failure)."""
+    """Console entry point: map errors onto the contract's exit codes (2 bad input, 1 failure,
+    130 Ctrl-C, 143 SIGTERM: the rows finished so far stay in the ledger for the rerun)."""
+    signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         main.main(standalone_mode=False)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:  # click turns Ctrl-C into Abort
+        if isinstance(exc.__cause__, KeyboardInterrupt):
+            _interrupted(exc.__cause__)
         click.echo("aborted", err=True)
         sys.exit(1)
     except click.ClickException as exc:
@@ -86,14 +108,49 @@ def run() -> None:
     except (BadInput, NotAvailable) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
-    except KeyboardInterrupt:
-        click.echo("interrupted: finished rows are in the ledger; run the command again to resume",
-                   err=True)
-        sys.exit(1)
+    except KeyboardInterrupt as exc:
+        _interrupted(exc)
     except Exception as exc:  # the work failed; say what and where, keep the trace on request
+        cause = _interrupt_behind(exc)
+        if cause is not None:  # cleanup after Ctrl-C failed in turn: still an interrupt
+            _interrupted(cause)
         if os.environ.get("CURATE_DEBUG"):
             traceback.print_exc()
         click.echo(f"error: {type(exc).__name__}: {exc} (set CURATE_DEBUG=1 for the traceback)",
                    err=True)
         sys.exit(1)
     sys.exit(0)
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM that `exc` was raised while handling, if any."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, KeyboardInterrupt):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _interrupted(exc: KeyboardInterrupt) -> None:
+    """One line, no traceback, exit 130 (143 for SIGTERM). The stages have already unwound
+    (ledger committed, partial outputs removed); worker threads that will not stop do not get
+    to hold the exit up for more than a few seconds."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not print a traceback
+    code = 143 if isinstance(exc, Terminated) else 130
+    click.echo(INTERRUPTED, err=True)
+    timer = threading.Timer(EXIT_GRACE_S, _hard_exit, (code,))
+    timer.daemon = True
+    timer.start()
+    sys.exit(code)
+
+
+def _hard_exit(code: int) -> None:
+    sys.stderr.flush()
+    os._exit(code)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..cli import FiniteFloat
 from ..pipeline.single import run_single
 from ..report import echo_stage
 from .core import ON
@@ -13,7 +14,7 @@ from .step import Dedup
 @click.command("dedup")
 @click.argument("inp", metavar="IN")
 @click.option("-o", "--output", "out", required=True, help="Output table (.parquet or .jsonl).")
-@click.option("--jaccard", type=float, default=0.8, show_default=True,
+@click.option("--jaccard", type=FiniteFloat(0, 1, min_open=True), default=0.8, show_default=True,
               help="Rows whose token-shingle Jaccard similarity reaches this are duplicates.")
 @click.option("--against", multiple=True, metavar="PATH|ORG/NAME",
               help="Evaluation set to decontaminate against: a KernelBench folder, problem "
@@ -27,7 +28,7 @@ from .step import Dedup
                    "earlier runs, and add this run's kept rows. Default: in memory.")
 @click.option("--abstract", is_flag=True,
               help="Abstract identifiers and literals, so that renamed copies collide.")
-@click.option("--workers", type=int, default=None, help="Processes for signatures (default: cores).")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Processes for signatures (default: cores).")
 def dedup(inp, out, jaccard, against, on, index, abstract, workers):
     """Drop near-duplicate rows (one kept per cluster) and copies of evaluation problems.
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from ..cli import FiniteFloat
+
 
 @click.command("push")
 @click.argument("build_dir", default="build", type=click.Path(file_okay=False))
@@ -20,7 +22,7 @@ import click
 @click.option("--message", "-m", help="Commit message (default: counts of the build).")
 @click.option("--retries", type=click.IntRange(0, 20), default=4, show_default=True,
               help="Retries of a step that failed on the network or a 429/5xx answer.")
-@click.option("--backoff", type=float, default=2.0, show_default=True, hidden=True,
+@click.option("--backoff", type=FiniteFloat(min=0), default=2.0, show_default=True, hidden=True,
               help="Seconds before the first retry (doubles each time).")
 def push(build_dir, repo_id, private, revision, create_pr, dry_run, allow_empty, message, retries,
          backoff):

@@ -26,7 +26,7 @@ from .split import FIM_FORMATS, GRANULARITIES, MULTI
 @click.option("--fim-format", type=click.Choice(list(FIM_FORMATS)), default="none",
               show_default=True, help="Also render a fill-in-the-middle `text` column in this "
               "model family's token convention (prefix, suffix, then the core as the middle).")
-@click.option("--check-solvable", "check", type=int, default=0, show_default=True,
+@click.option("--check-solvable", "check", type=click.IntRange(min=0), default=0, show_default=True,
               metavar="N", help="Re-verify N random rows: with their own core they must verify, "
               "with the core left empty they must fail (recorded in infill/config.json).")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import os
 import queue
 import re
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from . import confine
+from .freeze import Freezer
+from .zygote import Zygote
 from .protocol import ProtocolError, recv, send
 
 # Environment variables a candidate must never see: anything named like a credential, and the
@@ -136,23 +139,48 @@ class TaskResult:
         return self.status == "ok"
 
 
+def apply_limits(limits: dict, plan: dict | None = None, network: bool = False) -> None:
+    """In the worker, before it runs anything: resource limits, (as root) an empty network
+    namespace when `network`, and Landlock when `plan` is given. Limits come as a dict (JSON)
+    because forked workers receive them from the fork server."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    fs = int(limits.get("file_size_gb", 4.0) * 2**30)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fs, fs))
+    try:
+        n = int(limits.get("open_files", 4096))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+    except (ValueError, OSError):
+        pass
+    if limits.get("memory_gb"):
+        m = int(limits["memory_gb"] * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (m, m))
+    if network and os.geteuid() == 0 and sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.unshare(CLONE_NEWNET)  # best effort: loopback-only, down; failure leaves it open
+    if plan is not None:
+        confine.apply(confine.Plan(**plan))  # best effort: no Landlock leaves writes open
+
+
+def _limits_dict(limits: Limits) -> dict:
+    return {"file_size_gb": limits.file_size_gb, "open_files": limits.open_files,
+            "memory_gb": limits.memory_gb}
+
+
 def _preexec(limits: Limits, plan: "confine.Plan | None" = None):
+    d = _limits_dict(limits)
+    pd = dataclasses.asdict(plan) if plan is not None else None
+
     def run():
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        fs = int(limits.file_size_gb * 2**30)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (fs, fs))
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
-        except (ValueError, OSError):
-            pass
-        if limits.memory_gb:
-            m = int(limits.memory_gb * 2**30)
-            resource.setrlimit(resource.RLIMIT_AS, (m, m))
+        apply_limits(d, pd, network=limits.isolate_network)
+    return run
+
+
+def _net_only(limits: Limits):
+    """The fork server's own set-up: the network namespace, which its children inherit."""
+    def run():
         if limits.isolate_network and os.geteuid() == 0 and sys.platform.startswith("linux"):
             libc = ctypes.CDLL(None, use_errno=True)
-            libc.unshare(CLONE_NEWNET)  # best effort: loopback-only, down; failure leaves it open
-        if plan is not None:
-            confine.apply(plan)  # best effort: a kernel without Landlock leaves writes open
+            libc.unshare(CLONE_NEWNET)
     return run
 
 
@@ -161,37 +189,50 @@ class _Slot:
 
     def __init__(self, pool: "WorkerPool", index: int):
         self.pool, self.index = pool, index
-        self.proc: subprocess.Popen | None = None
+        self.proc = None  # subprocess.Popen, or zygote.ForkedChild
         self.scratch: Path | None = None
         self.tasks_done = 0
         self.pending_kill = False
+        self.flooded = False
         self._out = bytearray()
         self._out_total = 0
         self._lock = threading.Lock()
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
 
     # -- process lifecycle ---------------------------------------------------------------
     def start(self) -> None:
         p = self.pool
         self.scratch = Path(tempfile.mkdtemp(prefix=f"curate-w{self.index}-", dir=p.scratch_root))
         (self.scratch / "tmp").mkdir()
-        task_r, task_w = os.pipe()
-        res_r, res_w = os.pipe()
         env = scrubbed_env({"HOME": str(self.scratch), "TMPDIR": str(self.scratch / "tmp"),
                             "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
                             **p.env_extra})
-        pkg_root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [pkg_root, env.get("PYTHONPATH")]))
-        cmd = [sys.executable, "-m", "curate.isolation.worker", str(task_r), str(res_w),
-               p.handler, p.setup or ""]
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PKG_ROOT, env.get("PYTHONPATH")]))
         plan = confine.plan(str(self.scratch), env, tuple(p.limits.writable),
                             hide_home=p.limits.hide_home) if p.limits.confine else None
-        self.proc = subprocess.Popen(
-            cmd, cwd=self.scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, pass_fds=(task_r, res_w), start_new_session=True,
-            preexec_fn=_preexec(p.limits, plan), close_fds=True)
-        os.close(task_r)
-        os.close(res_w)
-        self.task_w, self.res_r = task_w, res_r
+        if p.fork_server is not None:
+            zyg = p.zygote()
+            self.proc, self.task_w, self.res_r = zyg.spawn(
+                cwd=str(self.scratch), env=env, handler=p.handler, setup=p.setup,
+                limits=_limits_dict(p.limits),
+                confine=dataclasses.asdict(plan) if plan is not None else None)
+        else:
+            task_r, task_w = os.pipe()
+            res_r, res_w = os.pipe()
+            cmd = [sys.executable, "-m", "curate.isolation.worker", str(task_r), str(res_w),
+                   p.handler, p.setup or ""]
+            self.proc = subprocess.Popen(
+                cmd, cwd=self.scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, pass_fds=(task_r, res_w), start_new_session=True,
+                preexec_fn=_preexec(p.limits, plan), close_fds=True)
+            os.close(task_r)
+            os.close(res_w)
+            self.task_w, self.res_r = task_w, res_r
+        if p.freezer is not None:
+            p.freezer.add(self.proc.pid)
         self._out, self._out_total = bytearray(), 0
         threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
         ready = self._wait(p.setup_timeout)
@@ -200,11 +241,15 @@ class _Slot:
             self.kill()
             raise RuntimeError(f"worker failed to start ({ready!r}): {out[-2000:]}")
 
-    def _drain(self, proc: subprocess.Popen) -> None:
+    def _drain(self, proc) -> None:
         """Keep the tail of the worker's output; kill it when it floods."""
         assert proc.stdout is not None
         while True:
-            chunk = proc.stdout.read1(65536) if hasattr(proc.stdout, "read1") else proc.stdout.read(65536)
+            try:
+                chunk = proc.stdout.read1(65536) if hasattr(proc.stdout, "read1") else \
+                    proc.stdout.read(65536)
+            except (OSError, ValueError):
+                return
             if not chunk:
                 return
             with self._lock:
@@ -222,19 +267,32 @@ class _Slot:
             return self._out.decode("utf-8", "replace")
 
     def _wait(self, timeout: float):
-        """The next message from the worker, or a failure tag."""
-        r, _, _ = select.select([self.res_r], [], [], timeout)
-        if not r:
-            return "timeout"
-        try:
-            return recv(self.res_r)
-        except (EOFError, OSError):
-            return "crashed"
-        except ProtocolError:
-            return "crashed"
+        """The next message from the worker, or a failure tag. The limit counts only time the
+        worker could run: seconds it spent frozen (another pair was being timed) are added
+        back. A worker that died is noticed even when a child it left holds the pipe open."""
+        t0 = time.monotonic()
+        pid = self.pid
+        frozen0 = self.pool.freezer.frozen_s(pid) if self.pool.freezer and pid else 0.0
+        dead_since = None
+        while True:
+            r, _, _ = select.select([self.res_r], [], [], 0.1)
+            if r:
+                try:
+                    return recv(self.res_r)
+                except (EOFError, OSError, ProtocolError):
+                    return "crashed"
+            now = time.monotonic()
+            frozen = (self.pool.freezer.frozen_s(pid) - frozen0) if self.pool.freezer and pid \
+                else 0.0
+            if now - t0 - frozen > timeout:
+                return "timeout"
+            if self.proc is None or self.proc.poll() is not None:
+                dead_since = dead_since or now
+                if now - dead_since > 0.5:  # what it wrote before dying has arrived by now
+                    return "crashed"
 
     @staticmethod
-    def _killpg(proc: subprocess.Popen) -> None:
+    def _killpg(proc) -> None:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -243,6 +301,8 @@ class _Slot:
     def kill(self) -> None:
         if self.proc is None:
             return
+        if self.pool.freezer is not None:
+            self.pool.freezer.discard(self.proc.pid)
         self._killpg(self.proc)
         try:
             self.proc.wait(timeout=10)
@@ -253,6 +313,10 @@ class _Slot:
                 os.close(fd)
             except OSError:
                 pass
+        try:
+            self.proc.stdout.close()
+        except Exception:  # noqa: BLE001
+            pass
         if self.scratch and not self.pool.keep_scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
         self.proc = None
@@ -281,7 +345,7 @@ class _Slot:
             # tampered with (e.g. a poisoned CUDA context, patched library functions)
             recycle = isinstance(msg["value"], dict) and bool(msg["value"].get("_recycle"))
         elif isinstance(msg, dict) and "error" in msg:
-            res = TaskResult("error", error=msg["error"] + "\n" + msg.get("traceback", ""),
+            res = TaskResult("error", error=str(msg["error"]) + "\n" + str(msg.get("traceback", "")),
                              seconds=secs)
         else:
             status = "output_flood" if self.flooded else msg if isinstance(msg, str) else "crashed"
@@ -316,6 +380,9 @@ class _Slot:
             self.tasks_done = 0
 
 
+_PKG_ROOT = str(Path(__file__).resolve().parents[2])
+
+
 class HeldWorker:
     """A worker taken out of its pool by `WorkerPool.hold()`."""
 
@@ -329,31 +396,67 @@ class HeldWorker:
     def alive(self) -> bool:
         return self.slot.proc is not None and self.slot.proc.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id (also its process group: each worker leads its own)."""
+        return self.slot.pid
+
+    def start(self) -> None:
+        """Start the worker now (it starts on the first call otherwise)."""
+        if not self.alive:
+            self.slot.kill()
+            self.slot.start()
+
 
 class WorkerPool:
     """`workers` sandboxed processes running `handler` (`module:function`) on tasks.
 
-    `map(tasks)` yields `(index, TaskResult)` as tasks finish, in any order.
+    `map(tasks)` yields `(index, TaskResult)` as tasks finish, in any order. With `fresh`, no
+    process serves more than one task, or one `hold()`: untrusted code never meets a later
+    row's work. With `fork_server` (a list of `module[:function]` to import first), workers are
+    forked from a server that imported them once, instead of starting a new interpreter.
+    `freezer` (shared between pools) lets a timed pair stop every other worker.
     """
 
     def __init__(self, handler: str, *, workers: int = 1, timeout: float = 120.0,
                  setup: str | None = None, setup_timeout: float = 300.0,
                  env: dict[str, str] | None = None, limits: Limits = Limits(),
                  scratch_root: str | None = None, keep_scratch: bool = False,
-                 max_tasks_per_worker: int | None = None):
+                 max_tasks_per_worker: int | None = None, fresh: bool = False,
+                 fork_server: list[str] | None = None, freezer: Freezer | None = None):
         self.handler, self.setup = handler, setup
         self.workers, self.timeout, self.setup_timeout = max(1, workers), timeout, setup_timeout
         self.env_extra = dict(env or {})
         self.limits, self.scratch_root, self.keep_scratch = limits, scratch_root, keep_scratch
         self.max_tasks_per_worker = max_tasks_per_worker
+        self.fresh, self.fork_server, self.freezer = fresh, fork_server, freezer
         self.slots = [_Slot(self, i) for i in range(self.workers)]
         self.replaced = 0   # workers that died, hung or flooded
         self.recycled = 0   # workers replaced on purpose (asked to be, or max_tasks_per_worker)
+        self.started = 0    # worker processes started
         self.secrets = secret_values()
         hide_from_proc(self.secrets)
+        self._zygote: Zygote | None = None
+        self._zygote_lock = threading.Lock()
         self._free: queue.Queue = queue.Queue()
         for s in self.slots:
             self._free.put(s)
+
+    def zygote(self) -> Zygote:
+        """The fork server, started on first use (and again if it died)."""
+        with self._zygote_lock:
+            if self._zygote is None or not self._zygote.alive:
+                if self._zygote is not None:
+                    self._zygote.close()
+                root = self.scratch_root or tempfile.gettempdir()
+                env = scrubbed_env({"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
+                                    "HOME": root, **self.env_extra})
+                env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PKG_ROOT,
+                                                                  env.get("PYTHONPATH")]))
+                self._zygote = Zygote(self.fork_server or [], env, root,
+                                      preexec=_net_only(self.limits),
+                                      start_timeout=self.setup_timeout)
+            return self._zygote
 
     def call(self, task: Any, timeout: float | None = None) -> TaskResult:
         """Run one task on whichever worker is free (blocking until one is); thread-safe, so
@@ -363,10 +466,14 @@ class WorkerPool:
         try:
             return self._run_on(slot, task, timeout)
         finally:
+            if self.fresh:
+                slot.kill()
             self._free.put(slot)
 
     def _run_on(self, slot: "_Slot", task: Any, timeout: float | None,
                 defer_recycle: bool = False) -> TaskResult:
+        if slot.proc is None:
+            self.started += 1
         try:
             res = slot.run(task, self.timeout if timeout is None else timeout, defer_recycle)
         except Exception as exc:  # the worker could not even start
@@ -379,12 +486,15 @@ class WorkerPool:
     @contextlib.contextmanager
     def hold(self) -> Iterator["HeldWorker"]:
         """One worker kept for a sequence of tasks (e.g. while another process reads what it
-        handed out); replaced, if it asked to be, only when the hold ends."""
+        handed out); replaced, if it asked to be (or the pool is `fresh`), when the hold ends."""
         slot = self._free.get()
         try:
             yield HeldWorker(self, slot)
         finally:
-            slot.kill_if_pending()
+            if self.fresh:
+                slot.kill()
+            else:
+                slot.kill_if_pending()
             self._free.put(slot)
 
     def map(self, tasks: Iterable[Any], timeouts: Iterable[float] | None = None
@@ -402,13 +512,9 @@ class WorkerPool:
                     i, t = todo.get_nowait()
                 except queue.Empty:
                     return
-                try:
-                    res = slot.run(t, touts[i])
-                except Exception as exc:  # the worker could not even start
-                    res = TaskResult("crashed", error=f"worker start failed: {exc}")
+                res = self._run_on(slot, t, touts[i])
+                if self.fresh:
                     slot.kill()
-                if res.status in ("timeout", "crashed", "output_flood"):
-                    self.replaced += 1
                 done.put((i, res))
 
         threads = [threading.Thread(target=feed, args=(s,), daemon=True)
@@ -426,6 +532,9 @@ class WorkerPool:
     def close(self) -> None:
         for s in self.slots:
             s.kill()
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None
 
     def __enter__(self) -> "WorkerPool":
         return self

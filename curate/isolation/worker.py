@@ -22,10 +22,15 @@ def _load(spec: str):
 
 
 def main(argv: list[str]) -> int:
-    in_fd, out_fd = int(argv[0]), int(argv[1])
-    handler = _load(argv[2])
-    if len(argv) > 3 and argv[3]:
-        _load(argv[3])()
+    return serve(int(argv[0]), int(argv[1]), argv[2], argv[3] if len(argv) > 3 else "")
+
+
+def serve(in_fd: int, out_fd: int, handler_spec: str, setup_spec: str = "") -> int:
+    """Answer tasks from `in_fd` on `out_fd` until the pipe closes (also the body of a worker
+    forked by curate.isolation.zygote)."""
+    handler = _load(handler_spec)
+    if setup_spec:
+        _load(setup_spec)()
     send(out_fd, {"ready": True, "pid": os.getpid()})
     while True:
         try:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import math
 from pathlib import Path
 
 import yaml
@@ -29,6 +30,21 @@ from . import registry
 
 DEFAULT_PIPELINE = "default.yaml"
 GLOBAL_KEYS = ("device", "threshold")
+DEVICES = ("cuda", "cpu")
+
+# Settings that several steps share, and the values that make sense for them: checked before any
+# work, so that `threshold: -1` fails at once and not when the card is plotted.
+# name -> (lowest, lowest allowed itself, highest); None: no bound.
+RANGES = {
+    "threshold": (0, True, None),
+    "jaccard": (0, False, 1),
+    "workers": (1, True, None),
+    "timeout": (0, False, None),
+    "trials": (1, True, None),
+    "samples": (1, True, None),
+    "turns": (1, True, None),
+}
+INTEGERS = ("workers", "trials", "samples", "turns")
 
 
 def load_pipeline(path: str | Path | None = None, **overrides) -> dict:
@@ -48,10 +64,30 @@ def load_pipeline(path: str | Path | None = None, **overrides) -> dict:
         if v is not None:
             spec[k] = v
     spec.setdefault("device", "auto")
+    spec["_file"] = str(p)
+    if spec["device"] not in (*DEVICES, "auto"):
+        raise BadInput(f"device {spec['device']!r} is not one of auto, {', '.join(DEVICES)}",
+                       path=str(p), fix="set device: cuda, cpu or auto")
+    if spec.get("threshold") is not None:
+        check_setting("threshold", spec["threshold"], "the pipeline", str(p))
     if spec["device"] == "auto":
         spec["device"] = detect_device()
-    spec["_file"] = str(p)
     return spec
+
+
+def check_setting(name: str, value, where: str, path: str | None = None) -> None:
+    """BadInput unless `value` is a finite number in the range that RANGES gives `name`."""
+    if name not in RANGES or value is None:
+        return
+    low, low_ok, high = RANGES[name]
+    is_number = isinstance(value, int if name in INTEGERS else (int, float)) \
+        and not isinstance(value, bool)
+    if not is_number or not math.isfinite(value) or value < low or (value == low and not low_ok) \
+            or (high is not None and value > high):
+        kind = "a whole number" if name in INTEGERS else "a number"
+        span = f"{'>=' if low_ok else '>'} {low}" + (f" and <= {high}" if high is not None else "")
+        raise BadInput(f"{where}: {name} = {value!r} is out of range ({kind} {span})",
+                       path=path, fix=f"set {name} to {kind} {span}")
 
 
 def detect_device() -> str:
@@ -83,6 +119,8 @@ def instantiate(cls, args: dict, spec: dict, name: str):
         raise BadInput(f"step {name!r} has no setting {', '.join(unknown)}",
                        path=spec.get("_file"), fix=f"settings of {name}: "
                        + ", ".join(k for k in params if k != "self"))
+    for k, v in args.items():
+        check_setting(k, v, f"step {name!r}", spec.get("_file"))
     return cls(**args)
 
 

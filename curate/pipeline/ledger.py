@@ -70,6 +70,10 @@ class Ledger:
                         (idx, name, fingerprint, json.dumps(stats), time.time()))
         self.commit()
 
+    def forget_stage(self, idx: int, name: str) -> None:
+        self.db.execute("DELETE FROM stages WHERE idx=? AND name=?", (idx, name))
+        self.commit()
+
     def computes(self, step: str | None = None) -> dict[str, int]:
         """key -> how many times it was computed (for the resume guarantee)."""
         q, args = "SELECT key, computes FROM results", []

@@ -4,6 +4,10 @@ Layout (DESIGN.md): stages/NN-name.parquet per stage, rejected.parquet, ledger.s
 stats.json. Every stage streams its input in batches; every finished row goes to the ledger at
 once; a stage that finished with the same fingerprint is skipped on the next run, and a stage cut
 short is redone with its finished rows read back from the ledger instead of recomputed.
+
+A stage cut short (Ctrl-C, SIGTERM, a crash) leaves the rows it finished in the ledger, no stage
+output (writers write beside and rename on close) and no stage marker; whatever a SIGKILL left
+half-written is removed when the stage runs again.
 """
 
 from __future__ import annotations
@@ -17,10 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-import pyarrow.parquet as pq
-
 from ..record import ensure_id, row_key
-from ..tableio import TableWriter, read_batches, sibling
+from ..tableio import (TableWriter, clear_leftovers, open_input, read_batches, required_columns,
+                       sibling)
 from .ledger import Ledger
 from .progress import Progress
 from .step import Outcome, Source, Step
@@ -47,12 +50,14 @@ class StageStats:
     cached: int = 0
     seconds: float = 0.0
     reasons: Counter = field(default_factory=Counter)
+    statuses: Counter = field(default_factory=Counter)  # every row out, ledger's included
     skipped: bool = False
     extra: dict = field(default_factory=dict)  # what the step reports (Step.stats(), if any)
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
         d["reasons"] = dict(self.reasons)
+        d["statuses"] = dict(self.statuses)
         return d
 
 
@@ -63,9 +68,17 @@ class Runner:
                  progress: bool = True):
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.ledger = Ledger(ledger_path or self.out_dir / "ledger.sqlite")
+        self._ledger_path = ledger_path or self.out_dir / "ledger.sqlite"
+        self._ledger: Ledger | None = None
         self.progress = progress
         self.stats: list[StageStats] = []
+
+    @property
+    def ledger(self) -> Ledger:
+        """Opened on first use, so that a command refused for bad input leaves no ledger."""
+        if self._ledger is None:
+            self._ledger = Ledger(self._ledger_path)
+        return self._ledger
 
     # -- sources -------------------------------------------------------------------------
     def run_source(self, idx: int, source: Source, out: Path, rejected: Path) -> StageStats:
@@ -73,6 +86,7 @@ class Runner:
         done = self._finished(idx, source.name, fp, out, rejected)
         if done:
             return done
+        self._begin(idx, source.name, out, rejected)
         st = StageStats(source.name)
         t0 = time.monotonic()
         bar = Progress(f"[{idx:02d}] {source.name}", enabled=self.progress)
@@ -82,6 +96,8 @@ class Runner:
                 st.rows_in += len(outcomes)
                 bar.update(len(outcomes))
         bar.close()
+        if not st.rows_in:
+            log.warning("[%02d] %s: no rows were read; %s is an empty table", idx, source.name, out)
         st.seconds = time.monotonic() - t0
         self.ledger.mark_stage(idx, source.name, fp, st.to_json())
         self.stats.append(st)
@@ -91,26 +107,30 @@ class Runner:
     def run_step(self, idx: int, step: Step, inp: Path, out: Path, rejected: Path,
                  upstream: str = "") -> StageStats:
         sid = step_id(step)
+        total = open_input(inp, require=required_columns())
         fp = fingerprint(sid, upstream, _file_digest(inp))
         done = self._finished(idx, step.name, fp, out, rejected)
         if done:
             return done
+        if not total:
+            log.warning("[%02d] %s: %s has no rows; %s will be an empty table", idx, step.name,
+                        inp, out)
+        self._begin(idx, step.name, out, rejected)
         st = StageStats(step.name)
         t0 = time.monotonic()
-        total = _count_rows(inp)
         bar = Progress(f"[{idx:02d}] {step.name}", total, enabled=self.progress)
-        step.setup()
+        if total:  # no workers or models for an empty table
+            step.setup()
         try:
             with TableWriter(out) as kept, TableWriter(rejected) as dropped:
                 for rows, keys, scope in self._batches(step, inp):
                     outcomes = self._process(step, sid, rows, keys, scope, st, bar)
                     st.rows_in += len(rows)
                     self._tally(st, outcomes, kept, dropped, step.name)
-            report = getattr(step, "stats", None)
-            if callable(report):
-                st.extra = report() or {}
+            st.extra = self._report(step, st)
         finally:
-            step.teardown()
+            if total:
+                step.teardown()
             bar.close()
             self.ledger.commit()
         st.seconds = time.monotonic() - t0
@@ -118,9 +138,18 @@ class Runner:
         self.stats.append(st)
         return st
 
+    @staticmethod
+    def _report(step: Step, st: StageStats) -> dict:
+        """What the step reports (Step.stats()), its statuses counted over every row."""
+        report = getattr(step, "stats", None)
+        extra = (report() or {}) if callable(report) else {}
+        if "statuses" in extra:  # the step saw only the rows it computed in this run
+            extra["statuses"] = dict(st.statuses)
+        return extra
+
     def _batches(self, step: Step, inp: Path) -> Iterator[tuple[list[dict], list[str], str]]:
         if step.batch_size is None:
-            rows = [ensure_id(r) for b in read_batches(inp) for r in b]
+            rows = [ensure_id(r) for b in read_batches(inp, require=required_columns()) for r in b]
             keys = [row_key(r) for r in rows]
             scope = fingerprint(sorted(keys))  # a whole-table step's answer depends on every row
             yield rows, keys, scope
@@ -166,16 +195,26 @@ class Runner:
                 drop_rows.append(d)
                 st.dropped += 1
                 st.reasons.update(o.reasons or ["unspecified"])
+        st.statuses.update(r["status"] for r in keep_rows + drop_rows if r.get("status"))
         st.rows_out += len(keep_rows)
         kept.write(keep_rows)
         dropped.write(drop_rows)
+
+    def _begin(self, idx: int, name: str, out: Path, rejected: Path) -> None:
+        """Before a stage writes: forget its old marker (its files are about to change, and a
+        run killed before the new marker must not pass them off as the old stage's), and remove
+        what a killed writer of these files left behind."""
+        self.ledger.forget_stage(idx, name)
+        for path in (out, rejected):
+            clear_leftovers(path.parent, path.name)
 
     def _finished(self, idx: int, name: str, fp: str, out: Path, rejected: Path):
         prev = self.ledger.stage_done(idx, name, fp)
         if prev is not None and out.is_file() and rejected.is_file():
             st = StageStats(name, **{k: v for k, v in prev.items()
-                                     if k not in ("name", "reasons", "skipped")})
+                                     if k not in ("name", "reasons", "statuses", "skipped")})
             st.reasons = Counter(prev.get("reasons", {}))
+            st.statuses = Counter(prev.get("statuses", {}))
             st.skipped = True
             log.info("[%02d] %s: finished earlier, reusing %s", idx, name, out.name)
             self.stats.append(st)
@@ -183,17 +222,8 @@ class Runner:
         return None
 
     def close(self) -> None:
-        self.ledger.close()
-
-
-def _count_rows(path: Path) -> int | None:
-    try:
-        if path.suffix == ".parquet":
-            return pq.ParquetFile(path).metadata.num_rows
-        with open(path, "rb") as fh:
-            return sum(1 for line in fh if line.strip())
-    except OSError:
-        return None
+        if self._ledger is not None:
+            self._ledger.close()
 
 
 def _file_digest(path: Path) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..cli import FiniteFloat
 from ..errors import NotAvailable
 
 
@@ -26,9 +27,9 @@ def synth():
                    "(backend=cpp). auto: cuda where a GPU is visible.")
 @click.option("--mode", type=click.Choice(["default", "max-autotune"]), default="default",
               show_default=True, help="torch.compile mode (max-autotune runs without cudagraphs).")
-@click.option("--workers", type=int, default=None,
+@click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Parallel compile workers [default: half the cores on cpu, up to 8 on cuda].")
-@click.option("--timeout", type=float, default=300, show_default=True,
+@click.option("--timeout", type=FiniteFloat(min=0, min_open=True), default=300, show_default=True,
               help="Seconds one reference may take to compile before it is dropped.")
 def inductor(inp, out, device, mode, workers, timeout):
     """Compile every reference in IN with torch.compile and write standalone candidates to OUT.

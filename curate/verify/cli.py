@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..pipeline.single import run_single
+from ..pipeline.single import require_candidates, run_single
 from ..report import echo_stage
 
 
@@ -36,6 +36,7 @@ def verify(inp, out, device, workers, timeout, trials):
     from .step import Verify
     if trials < 1:
         raise click.BadParameter("at least 1", param_hint="--trials")
+    require_candidates(inp)  # rows without kernel_code: say that synthesis has not run
     st = run_single(Verify(device=device, workers=workers, timeout=timeout, trials=trials),
                     inp, out)
     echo_stage(st, out)

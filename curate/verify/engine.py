@@ -12,8 +12,9 @@ import contextlib
 import hashlib
 import logging
 import os
-import secrets
+import random
 import shutil
+import statistics
 import tempfile
 import threading
 import time
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..isolation import Limits, TaskResult, WorkerPool
+from ..isolation.freeze import Freezer, cpu_seconds
 from ..record import row_key
 from .hooks import CheckContext, load_checks, run_hook
 from .timing import speedup_ci
@@ -52,6 +54,12 @@ STATUSES = ("verified", "incorrect", "deceptive", "compile_error", "runtime_erro
             "crashed", "degenerate_reference", "reference_error", "unsupported")
 BACKENDS = ("triton", "cuda", "cpp")
 HANDLER, SETUP = "curate.verify.harness:handle", "curate.verify.harness:setup"
+# what the fork server imports once (no device is touched before the fork)
+PRELOAD = ["torch", "torch._dynamo", "curate.verify.harness", "?triton"]
+KEEP_OUTPUT_BYTES = {"cuda": 2 * 2**30, "cpu": 256 * 2**20}  # a timed batch's kept outputs
+FETCHES = 6                  # timed calls whose outputs the judge checks, per row
+TIMING_SLACK = (1.5, 0.05)   # trusted batch time may exceed the reported one by x1.5 + 0.05 ms
+IDLE_CPU = (0.005, 0.05)     # a candidate idle while the reference runs: < 5 ms or 5% of it
 
 
 @dataclass
@@ -149,15 +157,21 @@ class Verifier:
             self.workers = workers or max(1, min(4, cpus))
             default_comp = max(1, cpus // 2)
         # judges recompute the reference; a row holds one for about a third of its time
-        self.ref_workers = reference_workers or (
-            max(2, self.workers * 2 // 3) if device == "cuda" else max(1, self.workers // 2))
-        if transport not in ("auto", "files", "cuda_ipc"):
-            raise ValueError(f"transport must be auto, files or cuda_ipc, not {transport!r}")
+        # a row holds a judge for as long as its candidate: one of each per row in flight
+        self.ref_workers = self.workers
+        if transport == "files":
+            transport = "inline"  # the judge reads nothing a candidate can write
+        if transport not in ("auto", "inline", "cuda_ipc"):
+            raise ValueError(f"transport must be auto, inline or cuda_ipc, not {transport!r}")
         if transport == "cuda_ipc" and device != "cuda":
             raise ValueError("transport cuda_ipc needs device cuda")
         # auto: CUDA IPC on the GPU when a probe between two workers passes (see start())
         self.transport = transport
-        self._inflight = threading.Semaphore(self.workers)
+        self.freezer = Freezer()     # a timed batch stops every other worker
+        self._device = DeviceGate()  # timed batches alone on the device, other work shared
+        self._phases: dict[int, str] = {}   # row thread -> what it waits on or runs (watchdog)
+        self._last_done = time.monotonic()
+        self._closing = threading.Event()
         self.compile_workers = compile_workers if compile_workers is not None else default_comp
         self.compile_ahead = compile_ahead and self.compile_workers > 0
         self.time_budget = time_budget if time_budget is not None else (
@@ -175,7 +189,6 @@ class Verifier:
         self.compile_timeout = max(self.timeout, 300.0)
         self.pools: dict[str, WorkerPool] = {}
         self.tmp: Path | None = None
-        self.jobs: Path | None = None
         self.stats = Counter()
         self.timed_wall_s = 0.0
         self._lock = threading.Lock()
@@ -198,7 +211,6 @@ class Verifier:
             return
         self.tmp = Path(tempfile.mkdtemp(prefix="curate-verify-"))
         os.chmod(self.tmp, 0o700)
-        self.jobs = _job_root(self.tmp)
         (self.cache_dir / "ext").mkdir(parents=True, exist_ok=True)
         env = {"CURATE_VERIFY_DEVICE": self.device,
                "TORCHINDUCTOR_CACHE_DIR": str(self.cache_dir / "inductor"),
@@ -214,7 +226,7 @@ class Verifier:
             # torch.save fail ("unexpected pos") on the H200 run.
             return Limits(memory_gb=self.memory_gb, output_bytes=self.output_bytes,
                           file_size_gb=OUTPUT_FILE_LIMIT_GB, confine=confine,
-                          writable=(str(self.tmp), str(self.jobs), str(self.cache_dir)))
+                          writable=(str(self.cache_dir),))
         # Landlock where the kernel has it: writes only to the worker's scratch, this run's
         # job directories and the compile cache; no TCP; home directories unreadable. On the
         # GPU only where a confined worker can run CUDA and Triton (a probe decides: on the
@@ -229,16 +241,21 @@ class Verifier:
         limits = limits_for(confine)
 
         def pool(n):
+            # fresh: no process that ran a row's code serves another row; forked from a server
+            # that imported torch and the harness once (tens of ms instead of seconds)
             return WorkerPool(HANDLER, setup=SETUP, workers=n, timeout=self.timeout, env=env,
-                              limits=limits, scratch_root=scratch)
-        self.pools = {"reference": pool(self.ref_workers), "candidate": pool(self.workers)}
+                              limits=limits, scratch_root=scratch, fresh=True,
+                              fork_server=PRELOAD, freezer=self.freezer)
+        self.pools = {"judge": pool(self.workers), "candidate": pool(self.workers)}
         if self.compile_ahead:
             self.pools["compile"] = pool(self.compile_workers)
         self._parent_checks = load_checks("parent") if self.gates else []
         if self.transport == "auto":
-            self.transport = "files"
+            self.transport = "inline"
             if self.device == "cuda":
-                self.transport = "cuda_ipc" if self._probe_ipc() else "files"
+                self.transport = "cuda_ipc" if self._probe_ipc() else "inline"
+        self._watchdog = threading.Thread(target=self._watch, daemon=True, name="verify-watchdog")
+        self._watchdog.start()
         log.info("verify: outputs reach the judge by %s", self.transport)
 
     def _probe_confined(self, env: dict, limits: Limits, scratch: str) -> bool:
@@ -248,7 +265,8 @@ class Verifier:
             self.confine_probe = "no Landlock"
             return False
         pool = WorkerPool(HANDLER, setup=SETUP, workers=1, timeout=180, env=env, limits=limits,
-                          scratch_root=scratch, setup_timeout=180)
+                          scratch_root=scratch, setup_timeout=180, fresh=True,
+                          fork_server=PRELOAD)
         try:
             res = pool.call({"role": "probe_cuda", "device": self.device}, 180)
         finally:
@@ -270,7 +288,7 @@ class Verifier:
                     log.warning("CUDA IPC probe: the sender failed: %s", sent.error or sent.status)
                     return False
                 self._memory = MemoryGate(float(sent.value.get("total_gb") or 80.0) * GPU_SHARE)
-                got = self.pools["reference"].call(
+                got = self.pools["judge"].call(
                     {"role": "probe_receive", "device": self.device,
                      "export": sent.value["export"]}, 120)
                 cw.call({"role": "release"}, 60)
@@ -284,15 +302,13 @@ class Verifier:
             return False
 
     def close(self) -> None:
+        self._closing.set()
         for p in self.pools.values():
             p.close()
         self.pools = {}
         if self.tmp:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
-        if self.jobs:
-            shutil.rmtree(self.jobs, ignore_errors=True)
-            self.jobs = None
 
     def __enter__(self) -> "Verifier":
         self.start()
@@ -317,7 +333,7 @@ class Verifier:
         if not rows:
             return
         self.start()
-        threads = self.ref_workers + self.workers + (self.compile_workers if self.compile_ahead else 0) + 1
+        threads = 2 * self.workers + (self.compile_workers if self.compile_ahead else 0) + 1
         with ThreadPoolExecutor(max_workers=min(len(rows), threads),
                                 thread_name_prefix="verify-row") as ex, \
                 ThreadPoolExecutor(max_workers=max(1, self.compile_workers),
@@ -355,6 +371,8 @@ class Verifier:
             res = VerifyResult(status="runtime_error", reasons=["harness_error"],
                                error=f"{type(exc).__name__}: {exc}")
         res.seconds = time.monotonic() - t0
+        self._phases.pop(threading.get_ident(), None)
+        self._last_done = time.monotonic()
         for k, v in self._env_info.items():
             if not k.startswith("_") and getattr(res, k) is None:
                 setattr(res, k, v)
@@ -363,24 +381,22 @@ class Verifier:
         return res
 
     def _compile(self, row: dict, warm: bool) -> TaskResult:
-        """Compile ahead. A warm-up forward (Triton kernels compile at their first launch) runs
-        only once device memory for it is reserved: the same worker first reports the
-        reference's sizes from meta tensors, then warms up under the memory gate."""
-        pool, lock_dir = self.pools["compile"], str(self.tmp / "lock")
-        if not warm:
-            return pool.call(self._task(row, "compile", warm=False, lock_dir=lock_dir),
-                             self.compile_timeout)
+        """Compile ahead, in a fresh worker. A warm-up forward (Triton kernels compile at their
+        first launch) runs only once device memory for it is reserved: the same worker first
+        reports the reference's sizes from meta tensors, then warms up under the memory gate."""
+        pool = self.pools["compile"]
         with pool.hold() as w:
-            sized = w.call(self._task(row, "compile", size=True, lock_dir=lock_dir),
-                           self.compile_timeout)
-            if not (sized.ok and isinstance(sized.value, dict)
-                    and sized.value.get("status") == "compiled"):
+            self._phase("compiling")
+            sized = w.call(self._task(row, "compile", size=warm), self.compile_timeout)
+            if not warm or not (sized.ok and isinstance(sized.value, dict)
+                                and sized.value.get("status") == "compiled"):
                 return sized
             need = self._memory.clamp(warm_estimate_gb(sized.value.get("size_gb")))
+            self._phase("waiting for device memory (warm-up)")
             self._memory.acquire(need)
             try:
-                res = w.call(self._task(row, "compile", warm=True, lock_dir=lock_dir),
-                             self.compile_timeout)
+                res = self._on_device(w, self._task(row, "compile", warm=True),
+                                      self.compile_timeout)
             finally:
                 self._memory.release(need)
         if res.ok and isinstance(res.value, dict):
@@ -389,7 +405,7 @@ class Verifier:
                 sized.value.get("seconds") or 0.0)
         return res
 
-    def _task(self, row: dict, role: str, out_dir: Path | None = None, **extra) -> dict:
+    def _task(self, row: dict, role: str, **extra) -> dict:
         key = row_key(row)
         code_hash = hashlib.sha256(f"{row.get('kernel_code') or ''}\0{self.device}".encode()
                                    ).hexdigest()[:20]
@@ -397,183 +413,329 @@ class Verifier:
              "pytorch_code": row.get("pytorch_code"), "kernel_code": row.get("kernel_code"),
              "seed_init": _seed(self.seed, key, "init"),
              "seeds": [_seed(self.seed, key, "trial", i) for i in range(self.trials)],
-             "inplace_last": True, "tag": key[:8], "gates": self.gates,
+             "tag": key[:8], "gates": self.gates,
              "extensions_dir": str(self.cache_dir / "ext" / code_hash),
              "keep_idle_gb": self.keep_idle_gb}
-        if out_dir is not None:
-            t["out_dir"] = str(out_dir)
         t.update(extra)
         return t
 
+    def _on_device(self, w, task: dict, timeout: float | None = None,
+                   exclusive: bool = False) -> TaskResult:
+        """A request that runs on the device: it waits for the device gate first, and its
+        time limit starts only once it holds it."""
+        self._phase(f"waiting for the device ({task.get('role')} {task.get('op', '')})")
+        with (self._device.exclusive() if exclusive else self._device.shared()):
+            self._phase(f"{task.get('role')} {task.get('op', '')}")
+            return w.call(task, timeout)
+
+    # -- one row, in named phases ----------------------------------------------------------
     def _row(self, row: dict, cex: ThreadPoolExecutor, exclusive: bool = False) -> VerifyResult:
         res = VerifyResult()
+        backend = row.get("backend") or infer_backend(row.get("kernel_code"))
+        ctx = CheckContext(role="parent", device=self.device, backend=backend,
+                           pytorch_code=row.get("pytorch_code") or "",
+                           kernel_code=row.get("kernel_code"), row=row)
+        if not self._precheck(row, backend, ctx, res):
+            return res
+        row = {**row, "backend": backend}
+        if not self._compile_phase(row, backend, cex, res):
+            return res
+        need_gb = self._memory.capacity if exclusive else self._memory.clamp(
+            ROW_MEMORY_FACTOR * self._warm_peak(res.notes))
+        self._phase("waiting for device memory")
+        self._memory.acquire(need_gb)
+        try:
+            with self.pools["candidate"].hold() as cw, self.pools["judge"].hold() as jw:
+                self._pair(row, backend, cw, jw, ctx, res)
+        finally:
+            self._memory.release(need_gb)
+        return res
+
+    def _precheck(self, row: dict, backend: str | None, ctx: CheckContext,
+                  res: VerifyResult) -> bool:
+        """What the parent decides from the code alone (nothing runs)."""
         ref_code, code = row.get("pytorch_code"), row.get("kernel_code")
-        backend = row.get("backend") or infer_backend(code)
         if not ref_code:
             res.status = "reference_error"
             res.reason("no_reference")
-            return res
+            return False
         if not code:
             res.status = "unsupported"
             res.reason("no_candidate")
-            return res
+            return False
         try:
             pyast.parse(ref_code)
         except SyntaxError as exc:
             res.status, res.error = "reference_error", f"SyntaxError: {exc.msg} (line {exc.lineno})"
             res.reason("reference_syntax_error")
-            return res
+            return False
         try:
             pyast.parse(code)
         except SyntaxError as exc:
             res.status = "compile_error"
             res.error = f"SyntaxError: {exc.msg} (line {exc.lineno}): {(exc.text or '').strip()}"
             res.reason("syntax_error")
-            return res
+            return False
         if backend not in BACKENDS:
             res.status = "unsupported"
             res.reason(f"backend:{backend or 'unknown'}")
-            return res
-        # static gates first: a candidate they fail is deceptive on any device
-        ctx = CheckContext(role="parent", device=self.device, backend=backend,
-                           pytorch_code=ref_code, kernel_code=code, row=row)
-        run_hook(self._parent_checks or [], "before_run", ctx)
+            return False
+        run_hook(self._parent_checks or [], "before_run", ctx)  # static gates, any device
         if self._fatal(ctx, res):
-            return res
+            return False
         if backend == "cuda" and self.device == "cpu":
             res.status = "unsupported"
             res.reason("cuda_needs_gpu")
-            return res
+            return False
+        return True
 
-        row = {**row, "backend": backend}
-        compile_future = None
-        if "compile" in self.pools and not (self.device == "cpu" and backend == "triton"):
-            warm = self.device == "cuda" and backend == "triton"
-            compile_future = cex.submit(self._compile, row, warm)
+    def _compile_phase(self, row: dict, backend: str, cex: ThreadPoolExecutor,
+                       res: VerifyResult) -> bool:
+        """Build ahead (CUDA extensions, inductor C++, Triton's first launch) so the device's
+        workers do not wait on compilers; only build failures end the row here."""
+        if "compile" not in self.pools or (self.device == "cpu" and backend == "triton"):
+            return True
+        comp = cex.submit(self._compile, row, self.device == "cuda" and backend == "triton"
+                          ).result()
+        if not self._task_ok(comp, res, "compile"):
+            return False
+        if comp.value.get("status") != "compiled":
+            self._worker_status(comp.value, res)
+            return False
+        res.notes["compile_s"] = comp.value.get("seconds")
+        _note_kept(res, "compile", comp)
+        for k in ("import_s", "warm_s"):
+            if comp.value.get(k) is not None:
+                res.notes[f"compile_{k}"] = comp.value[k]
+        if (comp.value.get("notes") or {}).get("patched"):
+            res.notes["compile_patched"] = comp.value["notes"]["patched"]
+        if comp.value.get("peak_gb") is not None:
+            res.notes["warm_peak_gb"] = comp.value["peak_gb"]
+        if comp.value.get("size_gb"):
+            res.notes["size_gb"] = comp.value["size_gb"]
+        return True
 
-        # 1. compiled ahead (errors end the row here, before it takes a device worker)
-        if compile_future is not None:
-            comp = compile_future.result()
-            if not self._task_ok(comp, res, "compile"):
-                return res
-            if comp.value.get("status") != "compiled":
-                self._worker_status(comp.value, res)
-                return res
-            res.notes["compile_s"] = comp.value.get("seconds")
-            _note_kept(res, "compile", comp)
-            for k in ("import_s", "warm_s", "lock_wait_s"):
-                if comp.value.get(k) is not None:
-                    res.notes[f"compile_{k}"] = comp.value[k]
-            if (comp.value.get("notes") or {}).get("patched"):
-                res.notes["compile_patched"] = comp.value["notes"]["patched"]
-            if comp.value.get("peak_gb") is not None:
-                res.notes["warm_peak_gb"] = comp.value["peak_gb"]
-            if comp.value.get("size_gb"):
-                res.notes["size_gb"] = comp.value["size_gb"]
-
-        job = self.jobs / secrets.token_hex(8)
-        cand_dir = job / "c"
-        # with CUDA IPC the candidate worker keeps its outputs on the device until the judge
-        # has read them: the row holds that worker until then
-        ipc = self.transport == "cuda_ipc"
-        hold = self.pools["candidate"].hold() if ipc else contextlib.nullcontext(
-            self.pools["candidate"])
-        need_gb = self._memory.capacity if exclusive else self._memory.clamp(
-            ROW_MEMORY_FACTOR * self._warm_peak(res.notes))
-        self._memory.acquire(need_gb)
-        self._inflight.acquire()  # rows between candidate and judge: bounds the saved outputs
-        try:
-            cw = hold.__enter__()
-        except BaseException:
-            self._inflight.release()
-            self._memory.release(need_gb)
-            raise
-        try:
-            # 2. the candidate: correctness trials (outputs handed over), then timing
-            timed = self.device == "cuda" or backend == "cpp"
-            cand_task = self._task(row, "candidate", cand_dir, time=timed,
-                                   lock_dir=str(self.tmp / "lock"), time_budget=self.time_budget,
-                                   min_trials=self.min_timed, max_trials=self.max_timed,
-                                   transport=self.transport)
-            cand_res = cw.call(cand_task)
-            res.notes["candidate_s"] = round(cand_res.seconds, 3)
-            _note_kept(res, "candidate", cand_res)
-            if not self._task_ok(cand_res, res, "candidate"):
-                return res
-            value = cand_res.value
-            self._remember_env(value.get("env"))
-            if value.get("status") != "ok":
-                self._worker_status(value, res)
-                for f in value.get("flags") or []:  # deception outranks the error it caused
-                    ctx.flag(f.get("reason", "flag"), bool(f.get("fatal")), f.get("status"))
-                self._fatal(ctx, res)
-                return res
-
-            # 3. the judge: reference outputs computed and compared where no candidate code
-            # ever ran; they never leave that worker
-            judge_task = self._task(
-                row, "judge", cand_dir=str(cand_dir), lock_dir=str(self.tmp / "lock"),
-                cand_structures=value.get("structures") or [],
-                cand_exports=value.get("exports") or [])
-            judge = self.pools["reference"].call(judge_task)
-            res.notes["judge_s"] = round(judge.seconds, 3)
-            _note_kept(res, "judge", judge)
-        finally:
-            try:
-                if ipc and cw.alive:
-                    rel = cw.call({"role": "release", "keep_idle_gb": self.keep_idle_gb}, 60)
-                    _note_kept(res, "release", rel)
-            finally:
-                hold.__exit__(None, None, None)
-                shutil.rmtree(job, ignore_errors=True)
-                self._inflight.release()
-                self._memory.release(need_gb)
-        if not judge.ok or not isinstance(judge.value, dict):
-            res.status = "reference_error"
-            res.reason(f"judge_{judge.status}")
-            res.error = _short(judge.error or judge.output[-1500:] or None)
-            return res
-        jv = judge.value
-        self._remember_env(jv.get("env"))
-        for k, v in (jv.get("notes") or {}).items():  # e.g. how the reference fails float64
-            res.notes.setdefault(k, v)
-        for f in jv.get("flags") or []:  # the reference's own gates (degeneracy)
-            ctx.flag(f.get("reason", "flag"), bool(f.get("fatal")),
-                     f.get("status") or "degenerate_reference")
-        if jv.get("status") != "ok":
-            self._worker_status(jv, res)
-            return res
+    def _pair(self, row: dict, backend: str, cw, jw, ctx: CheckContext,
+              res: VerifyResult) -> None:
+        """Candidate and judge, each in a fresh worker of its own: load both, correctness
+        calls judged by the reference, timing, verdict."""
+        rng = random.Random(_seed(self.seed, row_key(row), "plan"))
+        t0 = time.monotonic()
+        # loading is not gated (an import may hang for its whole limit); whatever it does
+        # stops while other pairs are timed
+        self._phase("candidate load")
+        cand = cw.call(self._task(row, "candidate", op="load"), self.compile_timeout)
+        if not self._task_ok(cand, res, "candidate"):
+            return
+        self._remember_env(cand.value.get("env"))
+        if cand.value.get("status") != "ok":
+            self._worker_status(cand.value, res)
+            self._flags(ctx, cand.value)
+            self._fatal(ctx, res)
+            return
+        judge = self._on_device(jw, self._task(row, "judge", op="load"))
+        if not self._judge_ok(judge, res):
+            return
+        # correctness: a varying number of calls on scaled inputs first, then every trial set
+        # unscaled; the last ones rewrite the same buffers in place
+        calls = [[rng.randrange(self.trials), _scale(rng)] for _ in range(rng.randint(0, 2))]
+        calls += [[k, 1.0] for k in range(self.trials)]
+        ref = self._on_device(jw, {"role": "judge", "op": "reference", "calls": calls})
+        if not self._judge_ok(ref, res):
+            return
+        self._flags(ctx, ref.value, default="degenerate_reference")
         if self._fatal(ctx, res, default="degenerate_reference"):
-            return res
+            return
+        run = self._on_device(cw, {"role": "candidate", "op": "calls", "calls": calls,
+                                   "check": len(calls), "keep": True})
+        res.notes["correctness_s"] = round(run.seconds, 3)
+        if not self._candidate_ok(run, res, ctx):
+            return
+        first_unscaled = next(i for i, c in enumerate(calls) if c[1] == 1.0 and c[0] == 0)
+        for i, call in enumerate(calls):
+            if not self._judge_call(cw, jw, i, call, res, precision=i == first_unscaled):
+                break
+        timed = self.device == "cuda" or backend == "cpp"
+        if timed and res.status != "incorrect" and not any(f.fatal for f in ctx.flags):
+            self._timing(row, cw, jw, ctx, res, rng, run.value.get("ms") or [],
+                         ref.value.get("ms") or [], int(run.value.get("out_bytes") or 0))
+        self._verdict(cw, jw, ctx, res)
+        res.notes["pair_s"] = round(time.monotonic() - t0, 3)
 
-        # 4. the verdict
+    def _judge_call(self, cw, jw, index: int, call: list, res: VerifyResult,
+                    precision: bool = False) -> bool:
+        """The candidate's output of call `index` of its last batch, compared by the judge with
+        the reference's output of the same call. False when the row is over."""
+        got = self._on_device(cw, {"role": "candidate", "op": "fetch", "index": index,
+                                   "transport": self.transport})
+        if not self._task_ok(got, res, "candidate") or got.value.get("status") != "ok":
+            if got.ok:
+                self._worker_status(got.value, res)
+            return False
+        cmp = self._on_device(jw, {"role": "judge", "op": "compare", "call": call,
+                                   "outputs": got.value.get("outputs"),
+                                   "structure": got.value.get("structure"),
+                                   "precision": precision})
+        if not self._judge_ok(cmp, res):
+            return False
+        if not cmp.value.get("ok"):
+            res.status = "incorrect"
+            return False
+        return True
+
+    def _timing(self, row: dict, cw, jw, ctx: CheckContext, res: VerifyResult,
+                rng: random.Random, cand_ms: list, ref_ms: list, out_bytes: int) -> None:
+        """Reference (in the judge) and candidate (in its worker) timed by the same loop on
+        the same calls, alternating which goes first, each batch alone on the device with every
+        other worker stopped. The parent checks what it can see from outside: each batch's
+        wall time against the per-call times reported, the candidate's CPU use while the
+        reference runs (leftover threads, deferred work), and the outputs of timed calls picked
+        after the fact."""
+        est = (_typical(cand_ms) + _typical(ref_ms)) / 1e3 + 2e-4
+        n_total = int(min(self.max_timed, max(self.min_timed, self.time_budget / max(est, 1e-6))))
+        keep = KEEP_OUTPUT_BYTES[self.device]
+        per_batch = max(1, min(64, n_total // 8 or 1,
+                               keep // max(out_bytes, 1) if out_bytes else 64))
+        rounds = 1 + max(2, -(-n_total // per_batch))   # the first round warms up
+        fetch_rounds = set(rng.sample(range(1, rounds), min(FETCHES, rounds - 1)))
+        pids = {cw.pid, jw.pid}
+        samples = {"cand_ms": [], "ref_ms": [], "cand_wall": [], "ref_wall": [],
+                   "idle_cpu": 0.0, "ref_wall_s": 0.0}
+        t_wall = time.monotonic()
+        for r in range(rounds):
+            calls = [[rng.randrange(self.trials), _scale(rng)] for _ in range(per_batch)]
+            order = ("candidate", "judge") if r % 2 == 0 else ("judge", "candidate")
+            self._phase("waiting to time")
+            with self._device.exclusive(), self.freezer.quiet(keep=pids):
+                self._phase("timing")
+                for side in order:
+                    w = cw if side == "candidate" else jw
+                    cpu0 = cpu_seconds(cw.pid) if side == "judge" else None
+                    t0 = time.perf_counter()
+                    got = w.call({"role": side, "op": "calls", "calls": calls, "timed": True,
+                                  "keep": side == "candidate"})
+                    wall = time.perf_counter() - t0
+                    ok = self._candidate_ok(got, res, ctx) if side == "candidate" \
+                        else self._judge_ok(got, res)
+                    if not ok:
+                        return
+                    if r == 0:
+                        continue
+                    key = "cand" if side == "candidate" else "ref"
+                    samples[f"{key}_ms"].extend(got.value.get("ms") or [])
+                    samples[f"{key}_wall"].append((wall, got.value.get("ms") or []))
+                    if cpu0 is not None:
+                        cpu1 = cpu_seconds(cw.pid)
+                        if cpu1 is not None:
+                            samples["idle_cpu"] += max(0.0, cpu1 - cpu0)
+                            samples["ref_wall_s"] += wall
+            if r in fetch_rounds:
+                i = rng.randrange(per_batch)
+                if not self._judge_call(cw, jw, i, calls[i], res):
+                    res.reason("timed_output_mismatch")
+                    return
+        res.timed_wall_s = time.monotonic() - t_wall
+        res.timed_trials = len(samples["ref_ms"])
+        self._judge_timing(ctx, res, samples)
+        sp = speedup_ci(samples["ref_ms"], samples["cand_ms"],
+                        seed=_seed(self.seed, row_key(row), "boot"))
+        for k, v in sp.items():
+            setattr(res, k, v)
+        res.notes["timing"] = {"rounds": rounds - 1, "per_batch": per_batch,
+                               "fetched": len(fetch_rounds)}
+
+    def _judge_timing(self, ctx: CheckContext, res: VerifyResult, samples: dict) -> None:
+        """The trusted side's view of the timing: batch wall times seen by this process, and
+        the candidate's CPU time while it should have been idle."""
+        over = [(wall - sum(ms) / 1e3) / max(len(ms), 1) for wall, ms in samples["ref_wall"]]
+        overhead_ms = 1e3 * statistics.median(over) if over else 0.0
+        implied = [1e3 * wall / max(len(ms), 1) - overhead_ms for wall, ms in samples["cand_wall"]]
+        reported = [sum(ms) / max(len(ms), 1) for _, ms in samples["cand_wall"]]
+        if implied and reported:
+            imp, rep = statistics.median(implied), statistics.median(reported)
+            res.notes["timing_check"] = {"reported_ms": round(rep, 5), "wall_ms": round(imp, 5),
+                                         "overhead_ms": round(overhead_ms, 5)}
+            if imp > TIMING_SLACK[0] * rep + TIMING_SLACK[1]:
+                ctx.flag("timing_disagrees", fatal=True)
+        idle, ref_s = samples["idle_cpu"], samples["ref_wall_s"]
+        res.notes["idle_cpu_s"] = round(idle, 4)
+        if idle > max(IDLE_CPU[0], IDLE_CPU[1] * ref_s):
+            ctx.flag("work_outside_call", fatal=True)
+
+    def _verdict(self, cw, jw, ctx: CheckContext, res: VerifyResult) -> None:
+        fin = self._on_device(cw, {"role": "candidate", "op": "finish",
+                                   "keep_idle_gb": self.keep_idle_gb})
+        if self._task_ok(fin, res, "candidate"):
+            self._flags(ctx, fin.value)
+            res.notes.update(fin.value.get("notes") or {})
+        elif res.status == "incorrect":
+            pass
+        else:
+            return
+        judged = self._on_device(jw, {"role": "judge", "op": "finish"})
+        if not self._judge_ok(judged, res):
+            return
+        jv = judged.value
+        self._remember_env(jv.get("env"))
+        for k, v in (jv.get("notes") or {}).items():
+            res.notes.setdefault(k, v)
+        self._flags(ctx, jv, default="degenerate_reference")
         cmp = jv.get("comparison") or {}
-        ok = bool(cmp.get("ok"))
         res.max_abs_err, res.max_rel_err = cmp.get("max_abs_err"), cmp.get("max_rel_err")
-        res.correct = ok
-        ctx.worker_report = value
-        for f in value.get("flags") or []:
-            ctx.flag(f.get("reason", "flag"), bool(f.get("fatal")), f.get("status"))
-        res.notes.update(value.get("notes") or {})
+        if self._fatal(ctx, res, default="degenerate_reference") and any(
+                f.fatal and (f.status or "degenerate_reference") == "degenerate_reference"
+                for f in ctx.flags if f.reason.startswith("reference_")):
+            return
+        res.correct = bool(cmp.get("ok")) and res.status != "incorrect"
         run_hook(self._parent_checks or [], "after_candidate", ctx)
-        timing = value.get("timing")
-        if timing:
-            sp = speedup_ci(timing.get("ref_ms") or [], timing.get("cand_ms") or [],
-                            seed=_seed(self.seed, row_key(row), "boot"))
-            for k, v in sp.items():
-                setattr(res, k, v)
-            res.timed_wall_s = float(timing.get("wall_s") or 0.0)
-            res.timed_trials = len(timing.get("ref_ms") or [])
-        if not ok:
+        if not res.correct:
             res.status = "incorrect"
             res.reason(*(cmp.get("reasons") or ["output_mismatch"]))
             res.error = _short(cmp.get("detail"))
             self._fatal(ctx, res)  # deception outranks plain incorrectness
-            return res
+            return
         if self._fatal(ctx, res):
-            return res
+            return
         res.status = "verified"
-        return res
+
+    def _candidate_ok(self, tr: TaskResult, res: VerifyResult, ctx: CheckContext) -> bool:
+        if not self._task_ok(tr, res, "candidate"):
+            return False
+        self._flags(ctx, tr.value)
+        if tr.value.get("status") != "ok":
+            self._worker_status(tr.value, res)
+            self._fatal(ctx, res)  # deception outranks the error it caused
+            return False
+        return True
+
+    def _judge_ok(self, tr: TaskResult, res: VerifyResult) -> bool:
+        if not tr.ok or not isinstance(tr.value, dict):
+            res.status = "reference_error"
+            res.reason(f"judge_{tr.status}")
+            res.error = _short(tr.error or tr.output[-1500:] or None)
+            return False
+        if tr.value.get("status") != "ok":
+            self._worker_status(tr.value, res)
+            return False
+        return True
+
+    @staticmethod
+    def _flags(ctx: CheckContext, value: dict, default: str | None = None) -> None:
+        for f in value.get("flags") or []:
+            ctx.flag(f.get("reason", "flag"), bool(f.get("fatal")), f.get("status") or (
+                default if f.get("reason", "").startswith("reference_") else None))
+
+    def _phase(self, what: str) -> None:
+        self._phases[threading.get_ident()] = what
+
+    def _watch(self, every: float = 30.0, stall: float = 120.0) -> None:
+        """Say what the run waits on when no row has finished for `stall` seconds."""
+        while not self._closing.wait(every):
+            idle = time.monotonic() - self._last_done
+            if idle > stall and self._phases:
+                waits = Counter(self._phases.values())
+                log.warning("verify: no row finished for %.0f s; rows in flight: %s", idle,
+                            ", ".join(f"{n} {w}" for w, n in waits.most_common()))
 
     # -- helpers ---------------------------------------------------------------------------
     @staticmethod
@@ -651,6 +813,60 @@ class Verifier:
                 self._env_info["_from_worker"] = True
 
 
+def _scale(rng: random.Random) -> float:
+    """A call's input scale: 1 + m / 2**14, m in 1..4096 (exact in float32; never 1)."""
+    return 1.0 + rng.randint(1, 4096) / 2**14
+
+
+def _typical(ms: list) -> float:
+    """A per-call time from correctness calls (the first includes warm-up): ms."""
+    rest = ms[1:] or ms
+    return statistics.median(rest) if rest else 1.0
+
+
+class DeviceGate:
+    """A readers-writer lock in the parent: timed batches hold it alone, every other request
+    that runs on the device holds it shared. Writers go first, so a stream of correctness work
+    cannot starve timing. Waiting here never counts against a request's time limit."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+        self._waiting_writers = 0
+
+    @contextlib.contextmanager
+    def shared(self):
+        with self._cond:
+            while self._writer or self._waiting_writers:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self, patience: float = 10.0):
+        """Alone on the device; after `patience` seconds of waiting for shared holders (a
+        candidate hanging in a call), go ahead anyway: they are frozen while the batch runs."""
+        deadline = time.monotonic() + patience
+        with self._cond:
+            self._waiting_writers += 1
+            while self._writer or (self._readers and time.monotonic() < deadline):
+                self._cond.wait(max(0.01, min(1.0, deadline - time.monotonic())))
+            self._waiting_writers -= 1
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
 class MemoryGate:
     """A weighted semaphore over device memory (GB): a row waits until its estimate fits beside
     the rows already running, so that large problems do not run out of memory together."""
@@ -679,22 +895,6 @@ def _note_kept(res: VerifyResult, role: str, tr: TaskResult) -> None:
     """Device memory the worker kept after this task (GiB): what the memory gate cannot see."""
     if isinstance(tr.value, dict) and tr.value.get("memory_kept_gb") is not None:
         res.notes[f"kept_gb_{role}"] = tr.value["memory_kept_gb"]
-
-
-def _job_root(tmp: Path, min_free: int = 32 * 2**30) -> Path:
-    """Where candidates leave their outputs for the judge: RAM-backed /dev/shm when it has room
-    (KernelBench outputs reach gigabytes), else beside the run's other files."""
-    try:
-        st = os.statvfs("/dev/shm")
-        if st.f_bavail * st.f_frsize >= min_free:
-            root = Path(tempfile.mkdtemp(prefix="curate-verify-jobs-", dir="/dev/shm"))
-            os.chmod(root, 0o700)
-            return root
-    except OSError:
-        pass
-    root = tmp / "jobs"
-    root.mkdir(exist_ok=True)
-    return root
 
 
 def _local_versions() -> dict:

@@ -40,15 +40,18 @@ TIMERS = capture_timers()           # before any candidate code is imported
 from .compare import Comparison, compare, flatten_outputs  # noqa: E402
 from .hooks import (CandidateCall, CheckContext, is_out_of_memory, load_checks,  # noqa: E402
                     run_hook)
-from .lock import DeviceLock  # noqa: E402
+from .calls import CallRunner, OutputRefused, output_bytes, reset_persisting_l2  # noqa: E402
 from . import transport  # noqa: E402
-from .timing import L2Flush, time_cpu, time_cuda  # noqa: E402
+from .timing import L2Flush  # noqa: E402
 
 _counter = itertools.count()
 _baseline: dict | None = None
 _rebased = False
 _flush: L2Flush | None = None
 _checks: list | None = None
+_HARNESS: dict = {}
+_TIMER_FUNCS = (TIMERS.perf_counter, TIMERS.cuda_synchronize, TIMERS.cuda_record,
+                TIMERS.cuda_elapsed)
 
 
 # -- worker lifecycle --------------------------------------------------------------------------
@@ -66,17 +69,18 @@ def setup() -> None:
     # candidate's tampering (on the H200 every compile worker was replaced after one task)
     importlib.import_module("torch._dynamo")  # not `import torch._dynamo`: that binds `torch` locally
     _baseline = _snapshot()
+    _HARNESS.update(_snapshot_harness())
 
 
 def handle(task: dict) -> dict:
     role = task["role"]
     os.environ["TORCH_EXTENSIONS_DIR"] = task.get("extensions_dir") or os.environ.get(
         "TORCH_EXTENSIONS_DIR", os.path.join(os.getcwd(), "torch_extensions"))
-    try:
-        result = _dispatch(role, task)
-    finally:
-        _forget_modules()
-    return release_device_memory(result, task.get("keep_idle_gb", KEEP_IDLE_GB))
+    result = _dispatch(role, task)
+    if role in ("compile", "release") or task.get("op") == "finish":
+        # not between a row's timed batches: they would allocate afresh inside the clock
+        return release_device_memory(result, task.get("keep_idle_gb", KEEP_IDLE_GB))
+    return result
 
 
 def _dispatch(role: str, task: dict) -> dict:
@@ -85,7 +89,6 @@ def _dispatch(role: str, task: dict) -> dict:
     if role == "compile":
         return run_compile(task)
     if role == "candidate":
-        transport.release()  # a row that never released (its parent died) frees here
         return run_candidate(task)
     if role == "release":
         return {"status": "ok", "released": transport.release()}
@@ -332,6 +335,29 @@ def _snapshot() -> dict:
     return snap
 
 
+def _harness_modules() -> dict:
+    from . import calls, compare as compare_mod, timing
+    return {"harness": sys.modules[__name__], "calls": calls, "compare": compare_mod,
+            "timing": timing, "transport": transport}
+
+
+def _snapshot_harness() -> dict:
+    return {(n, k): v for n, mod in _harness_modules().items() for k, v in list(vars(mod).items())
+            if callable(v) or k in ("TIMERS",)}
+
+
+def harness_tampered() -> list[str]:
+    """Functions of the harness itself (timing loop, comparison, transport) that were replaced
+    in this process since it started: the candidate reached into its measurement."""
+    mods = _harness_modules()
+    changed = [f"{n}.{k}" for (n, k), v in _HARNESS.items() if vars(mods[n]).get(k) is not v]
+    t = TIMERS
+    if (t.perf_counter is not _TIMER_FUNCS[0] or t.cuda_synchronize is not _TIMER_FUNCS[1]
+            or t.cuda_record is not _TIMER_FUNCS[2] or t.cuda_elapsed is not _TIMER_FUNCS[3]):
+        changed.append("timers")
+    return sorted(changed)
+
+
 def tampered() -> list[str]:
     """Library functions that candidate code replaced in this process (then it gets a fresh one)."""
     if _baseline is None:
@@ -348,81 +374,316 @@ def _finish(result: dict) -> dict:
     return result
 
 
-# -- roles -------------------------------------------------------------------------------------
-def run_judge(task: dict) -> dict:
-    """Compute the reference's outputs for every trial and compare them, on the device, with
-    the candidate's saved outputs. This worker never imports candidate code (it only loads the
-    candidate's tensors, with `weights_only`), and the reference outputs never leave it."""
-    device = task["device"]
-    tag = task.get("tag", "x")
-    checks = load_checks("parent") if task.get("gates", True) else []
-    ctx = CheckContext(role="judge", device=device, backend=task.get("backend"),
-                       pytorch_code=task["pytorch_code"], kernel_code=task.get("kernel_code"))
-    ref_outputs, structures = [], []
-    lock = DeviceLock(task.get("lock_dir"))  # the judge's device work must not disturb timing
+
+# -- sessions: one worker process serves one row --------------------------------------------------
+class _Session:
+    """What a candidate or judge worker keeps between the parent's requests for its one row."""
+
+    def __init__(self, task: dict, role: str):
+        self.role, self.device, self.tag = role, task["device"], task.get("tag", "x")
+        self.gates = bool(task.get("gates", True))
+        self.ctx = CheckContext(role=role, device=self.device, backend=task.get("backend"),
+                                pytorch_code=task["pytorch_code"],
+                                kernel_code=task.get("kernel_code"), timers=TIMERS)
+        self.checks: list = []
+        self.runner: CallRunner | None = None
+        self.kept = None                 # the last batch's outputs (candidate)
+        self.ref_out: dict = {}          # (set, scale) -> reference outputs (judge)
+        self.ref_struct: dict = {}
+        self.total = Comparison()        # every comparison of this row (judge)
+        self.precision: dict = {}
+        self.timed_started = False
+
+    def flags(self) -> list[dict]:
+        return [f.__dict__ for f in self.ctx.flags]
+
+
+_S: _Session | None = None
+
+
+def _flush_for(device: str):
+    global _flush
+    if device == "cuda" and _flush is None:
+        _flush = L2Flush("cuda")
+    return _flush if device == "cuda" else None
+
+
+def _base_sets(mod, seeds: list[int], device: str) -> list[list]:
+    return [make_inputs(mod, seed, device) for seed in seeds]
+
+
+def _calls(task: dict) -> list[tuple[int, float]]:
+    return [(int(k), float(scale)) for k, scale in task.get("calls") or []]
+
+
+def _refused(exc: OutputRefused) -> dict:
+    return {"status": "deceptive", "reasons": [exc.reason], "error": str(exc)[:500]}
+
+
+def run_candidate(task: dict) -> dict:
+    """The candidate's worker: `load` (reference module for inputs and parameters, then the
+    candidate), `calls` (a batch of calls, the first `check` of them watched by the gates),
+    `fetch` (one kept output of the last batch, for the judge) and `finish`."""
+    op = task.get("op", "load")
+    if op == "load":
+        return _candidate_load(task)
+    s = _S
+    if s is None or s.role != "candidate":
+        raise RuntimeError("candidate session not loaded")
     try:
-        mod = load_module(task["pytorch_code"], "ref", tag)
-        with lock.shared():
-            model = build_model(mod.Model, init_args(mod, task["seed_init"], device),
+        if op == "calls":
+            return _candidate_calls(s, task)
+        if op == "fetch":
+            return _candidate_fetch(s, task)
+    except OutputRefused as exc:
+        s.ctx.flag(exc.reason, fatal=True)
+        return _finish({**_refused(exc), "flags": s.flags()})
+    except BaseException as exc:  # noqa: BLE001
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return _finish({**classify_exception(exc, "call"), "flags": s.flags(),
+                        "notes": s.ctx.notes})
+    if op == "finish":
+        if s.timed_started:
+            run_hook(s.checks, "after_timing", s.ctx, None)
+        run_hook(s.checks, "finish", s.ctx)
+        notes = s.ctx.notes
+        if s.device == "cuda":
+            notes["peak_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+        notes["persisting_l2_reset"] = reset_persisting_l2() if s.device == "cuda" else None
+        harness = harness_tampered()
+        if harness:
+            s.ctx.flag("harness_tampered", fatal=True)
+            notes["harness_tampered"] = harness[:20]
+        return _finish({"status": "ok", "flags": s.flags(), "notes": notes})
+    raise ValueError(f"unknown candidate op {op!r}")
+
+
+def _candidate_load(task: dict) -> dict:
+    global _S, _baseline
+    s = _S = _Session(task, "candidate")
+    device, ctx = s.device, s.ctx
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    s.checks = load_checks("worker") if s.gates else []
+    result: dict = {"status": "ok", "env": env_info(device), "notes": ctx.notes}
+    ref_mod = load_module(task["pytorch_code"], "ref", s.tag)
+    ctx.ref_module = ref_mod
+    run_hook(s.checks, "before_import", ctx)
+    _baseline = _snapshot()   # what the gates install is not the candidate's tampering
+    t_import = time.monotonic()
+    try:
+        cand_mod = load_module(task["kernel_code"], "cand", s.tag)
+    except BaseException as exc:  # noqa: BLE001
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return _finish({**result, **classify_exception(exc, "import"), "flags": s.flags()})
+    ctx.notes["import_s"] = round(time.monotonic() - t_import, 3)
+    ctx.cand_module = cand_mod
+    if not hasattr(cand_mod, "ModelNew"):
+        return _finish({**result, "status": "compile_error", "reasons": ["no_modelnew"],
+                        "error": "the candidate defines no class ModelNew", "flags": s.flags()})
+    try:
+        args = init_args(ref_mod, task["seed_init"], device)
+        ref_model = build_model(ref_mod.Model, args, task["seed_init"], device)
+        new_model = build_model(cand_mod.ModelNew, init_args(ref_mod, task["seed_init"], device),
                                 task["seed_init"], device)
-        for seed in task["seeds"]:
-            with lock.shared():
-                inputs = make_inputs(mod, seed, device)
-                with torch.no_grad():
-                    out = model(*inputs)
-                _sync(device)
-            items, struct = flatten_outputs(out)
-            ref_outputs.append([x.detach() if isinstance(x, torch.Tensor) else x for x in items])
-            structures.append(struct)
-            del inputs, out
+        ctx.notes["parameters"] = share_parameters(ref_model, new_model)
+        ctx.ref_model, ctx.new_model = ref_model, new_model
+        run_hook(s.checks, "after_import", ctx)
+        s.runner = CallRunner(new_model, _base_sets(ref_mod, task["seeds"], device), device,
+                              TIMERS, _flush_for(device))
+    except BaseException as exc:  # noqa: BLE001
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return _finish({**result, **classify_exception(exc, "build"), "flags": s.flags()})
+    return _finish({**result, "flags": s.flags()})
+
+
+def _candidate_calls(s: _Session, task: dict) -> dict:
+    calls, check = _calls(task), int(task.get("check") or 0)
+    if task.get("timed") and not s.timed_started:
+        s.timed_started = True
+        run_hook(s.checks, "before_timing", s.ctx)
+
+    def after(i, args, items, struct):
+        if i >= check:
+            return
+        k, scale = calls[i]
+        pristine = s.runner.pristine(k, scale)
+        if not _inputs_equal(args, pristine):
+            s.ctx.flag("input_mutated")
+        run_hook(s.checks, "after_call", s.ctx, CandidateCall(
+            trial=i, seed=k, inplace=i > 0, inputs=args, pristine=pristine, outputs=items,
+            structure=struct))
+
+    s.kept = None  # the previous batch's outputs go before this batch allocates
+    batch = s.runner.run(calls, keep=bool(task.get("keep", True)), after=after)
+    s.kept = batch.outputs
+    first = batch.outputs[0] if batch.outputs else None
+    return {"status": "ok", "ms": batch.ms, "flags": s.flags(),
+            "structure": first[1] if first else None,
+            "out_bytes": output_bytes(first[0]) if first else 0}
+
+
+def _candidate_fetch(s: _Session, task: dict) -> dict:
+    i = int(task["index"])
+    if not s.kept or not 0 <= i < len(s.kept):
+        raise RuntimeError(f"no kept output {i}")
+    items, struct = s.kept[i]
+    transport.release()
+    if task.get("transport") == "cuda_ipc":
+        desc = transport.send(items, Path.cwd(), i, "cuda_ipc")
+    else:
+        desc = transport.send_inline(items)
+    return {"status": "ok", "outputs": desc, "structure": struct}
+
+
+def run_judge(task: dict) -> dict:
+    """The judge: the reference alone (this process never imports candidate code). `load`,
+    `reference` (the correctness calls' outputs, kept; the degeneracy gates), `compare` (one
+    candidate output against the reference of the same call), `calls` (the reference timed,
+    by the same loop as the candidate) and `finish`."""
+    global _S
+    op = task.get("op", "load")
+    if op == "load":
+        s = _S = _Session(task, "judge")
+        s.checks = load_checks("parent") if s.gates else []
+        try:
+            mod = load_module(task["pytorch_code"], "ref", s.tag)
+            model = build_model(mod.Model, init_args(mod, task["seed_init"], s.device),
+                                task["seed_init"], s.device)
+            s.ctx.ref_module, s.ctx.ref_model = mod, model
+            s.runner = CallRunner(model, _base_sets(mod, task["seeds"], s.device), s.device,
+                                  TIMERS, _flush_for(s.device))
+        except BaseException as exc:  # noqa: BLE001
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            info = classify_exception(exc, "call")
+            return {"status": "reference_error", "reasons": ["reference_failed", *info["reasons"]],
+                    "error": info["error"], "env": env_info(s.device)}
+        return {"status": "ok", "env": env_info(s.device)}
+    s = _S
+    if s is None or s.role != "judge":
+        raise RuntimeError("judge session not loaded")
+    try:
+        if op == "reference":
+            return _judge_reference(s, task)
+        if op == "compare":
+            return _judge_compare(s, task)
+        if op == "calls":
+            return {"status": "ok", "ms": s.runner.run(_calls(task), keep=False).ms}
     except BaseException as exc:  # noqa: BLE001
         if isinstance(exc, KeyboardInterrupt):
             raise
         info = classify_exception(exc, "call")
         return {"status": "reference_error", "reasons": ["reference_failed", *info["reasons"]],
-                "error": info["error"], "_recycle": info["_recycle"], "env": env_info(device)}
-    ctx.ref_outputs = ref_outputs
-    with lock.shared():
-        run_hook(checks, "after_reference", ctx)
-    total = Comparison()
-    cand_dir = Path(task["cand_dir"])
-    cand_structs = task.get("cand_structures") or []
-    exports = task.get("cand_exports") or []
-    for t in range(len(task["seeds"])):
-        try:
-            with lock.shared():
-                items = _receive(exports[t] if t < len(exports) else None, cand_dir, t, device)
-        except Exception as exc:  # noqa: BLE001 - a hostile or broken file
-            total.fail("outputs_unreadable", f"trial {t}: {type(exc).__name__}: {exc}"[:300])
-            break
-        if not isinstance(items, list):
-            total.fail("outputs_unreadable", f"trial {t}: not a list of outputs")
-            break
-        with lock.shared():
-            total.merge(compare(ref_outputs[t], items, structures[t],
-                                cand_structs[t] if t < len(cand_structs) else None))
-        del items
-    if not total.ok and task.get("gates", True):
-        # before calling the candidate wrong: is the float32 reference itself within tolerance
-        # of the same program in float64? If not, its output is rounding noise and no test
-        with lock.shared():
-            unstable = reference_instability(mod, model, task["seeds"][0], device,
-                                             ref_outputs[0])
-        if unstable:
-            ctx.flag("reference_unstable", fatal=True, status="degenerate_reference")
-            ctx.notes["reference_vs_float64"] = unstable
-    del ref_outputs, model
-    ctx.ref_outputs = None
-    if device == "cuda":
-        torch.cuda.empty_cache()
-    return _finish({"status": "ok", "env": env_info(device), "structures": structures,
-                    "comparison": {"ok": total.ok, "reasons": total.reasons,
-                                   "max_abs_err": total.max_abs_err,
-                                   "max_rel_err": total.max_rel_err, "detail": total.detail},
-                    "flags": [f.__dict__ for f in ctx.flags], "notes": ctx.notes})
+                "error": info["error"], "env": env_info(s.device)}
+    if op == "finish":
+        if not s.total.ok and s.gates and s.ref_out:
+            (k, scale), ref_items = next(iter(s.ref_out.items()))
+            unstable = reference_instability(s.ctx.ref_module, s.ctx.ref_model,
+                                             s.runner.pristine(k, scale), ref_items)
+            if unstable:
+                s.ctx.flag("reference_unstable", fatal=True, status="degenerate_reference")
+                s.ctx.notes["reference_vs_float64"] = unstable
+        t = s.total
+        return {"status": "ok", "env": env_info(s.device), "flags": s.flags(),
+                "notes": {**s.ctx.notes, **s.precision},
+                "comparison": {"ok": t.ok, "reasons": t.reasons, "max_abs_err": t.max_abs_err,
+                               "max_rel_err": t.max_rel_err, "detail": t.detail}}
+    raise ValueError(f"unknown judge op {op!r}")
 
 
-def reference_instability(mod, model, seed: int, device: str, ref_out: list) -> str | None:
+def _judge_reference(s: _Session, task: dict) -> dict:
+    calls = _calls(task)
+    batch = s.runner.run(calls, keep=True)
+    for call, (items, struct) in zip(calls, batch.outputs):
+        s.ref_out[call] = [x.detach() if isinstance(x, torch.Tensor) else x for x in items]
+        s.ref_struct[call] = struct
+    s.ctx.ref_outputs = list(s.ref_out.values())
+    run_hook(s.checks, "after_reference", s.ctx)
+    s.ctx.ref_outputs = None
+    return {"status": "ok", "ms": batch.ms, "flags": s.flags()}
+
+
+def _judge_compare(s: _Session, task: dict) -> dict:
+    k, scale = _calls({"calls": [task["call"]]})[0]
+    if (k, scale) in s.ref_out:
+        ref_items, ref_struct = s.ref_out[(k, scale)], s.ref_struct[(k, scale)]
+    else:
+        (ref_items, ref_struct), = s.runner.run([(k, scale)], keep=True).outputs
+    try:
+        items = transport.receive(task.get("outputs"), s.device)
+    except Exception as exc:  # noqa: BLE001 - a hostile or broken description
+        s.total.fail("outputs_unreadable", f"call {k}/{scale}: {type(exc).__name__}: {exc}"[:300])
+        return {"status": "ok", "ok": False}
+    cmp = compare(ref_items, items, ref_struct, task.get("structure"))
+    s.total.merge(cmp)
+    if cmp.ok and task.get("precision") and s.gates and not s.precision:
+        s.precision = precision_profile(s.ctx.ref_module, s.ctx.ref_model,
+                                        s.runner.pristine(k, scale), ref_items, items)
+        if s.precision.get("reduced_precision"):
+            s.ctx.flag("reduced_precision", fatal=True)
+    del items
+    return {"status": "ok", "ok": cmp.ok}
+
+
+def _relnorm(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    den = float(torch.linalg.vector_norm(b))
+    return float(torch.linalg.vector_norm(a - b)) / max(den, 1e-30)
+
+
+def _half_representable(x: torch.Tensor) -> float:
+    """Share of the nonzero finite values that survive a round trip through float16 or bfloat16
+    unchanged: about 1/8000 for float32 arithmetic, all of them for half-precision results."""
+    v = x[torch.isfinite(x) & (x != 0)].float()
+    if v.numel() < 64:
+        return 0.0
+    v = v[:1 << 20]
+    fp16 = (v.half().float() == v).double().mean()
+    bf16 = (v.bfloat16().float() == v).double().mean()
+    return float(max(fp16, bf16))
+
+
+def precision_profile(mod, model, inputs: list, ref_out: list, cand_out: list) -> dict:
+    """Does the candidate compute in lower precision than its float32 reference? Two readings:
+    its error against the same program run in float64 (flagged when above 5e-5 relative norm
+    and 20 times the float32 reference's own error: half precision leaves ~3e-4, honest float32
+    arithmetic in another order ~1e-6), and whether its values are exactly half-precision
+    numbers. A float32 tolerance alone cannot tell."""
+    pairs = [(r, c) for r, c in zip(ref_out, cand_out) if isinstance(r, torch.Tensor)
+             and isinstance(c, torch.Tensor) and r.dtype == torch.float32 and r.numel()
+             and r.shape == c.shape]
+    if not pairs:
+        return {}
+    out: dict = {}
+    half = max(_half_representable(c) for _, c in pairs)
+    ref_half = max(_half_representable(r) for r, _ in pairs)
+    out["half_representable"] = round(half, 4)
+    if half > 0.9 and ref_half < 0.5:
+        out["reduced_precision"] = "outputs are half-precision numbers"
+    try:
+        import copy
+        model64 = copy.deepcopy(model).double()
+        x64 = [x.double() if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x
+               for x in inputs]
+        with torch.no_grad():
+            o64, _ = flatten_outputs(model64(*x64))
+        del model64, x64
+        err_ref = max(_relnorm(r, o) for (r, _), o in zip(pairs, o64))
+        err_cand = max(_relnorm(c, o) for (_, c), o in zip(pairs, o64))
+        out["err_vs_float64"] = {"reference": err_ref, "candidate": err_cand}
+        if err_cand > 5e-5 and err_cand > 20 * max(err_ref, 1e-8):
+            out["reduced_precision"] = (f"error against float64 {err_cand:.1e}, the float32 "
+                                        f"reference's {err_ref:.1e}")
+    except Exception as exc:  # noqa: BLE001 - float64-less ops, explicit dtypes, memory
+        out["float64_skipped"] = f"{type(exc).__name__}: {exc}"[:200]
+    return out
+
+
+def reference_instability(mod, model, inputs: list, ref_out: list) -> str | None:
     """How the float32 reference differs from the same program run in float64 on the same
     inputs, when it does beyond the float32 tolerance; None when it agrees (or cannot run in
     float64: explicit dtypes, float64-less ops)."""
@@ -432,7 +693,7 @@ def reference_instability(mod, model, seed: int, device: str, ref_out: list) -> 
         import copy
         model64 = copy.deepcopy(model).double()
         inputs = [x.double() if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x
-                  for x in make_inputs(mod, seed, device)]
+                  for x in inputs]
         with torch.no_grad():
             out64, _ = flatten_outputs(model64(*inputs))
         del model64, inputs
@@ -445,20 +706,8 @@ def reference_instability(mod, model, seed: int, device: str, ref_out: list) -> 
     except Exception:  # noqa: BLE001
         return None
     finally:
-        if device == "cuda":
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.empty_cache()
-
-
-def _receive(desc, cand_dir: Path, trial: int, device: str):
-    """Trial `trial`'s outputs from the candidate: through CUDA IPC, or from a file in the row's
-    job directory. Paths come from this row's directory, never from the candidate's word."""
-    if isinstance(desc, dict) and desc.get("transport") == "cuda_ipc":
-        for spec in desc.get("items") or []:
-            if isinstance(spec, dict) and spec.get("kind") == "file":
-                spec["path"] = str(cand_dir / Path(str(spec.get("path"))).name)
-        return transport.receive(desc, device)
-    return transport.receive({"transport": "files", "path": str(cand_dir / f"cand_{trial}.pt")},
-                             device)
 
 
 def probe_send(task: dict) -> dict:
@@ -520,7 +769,6 @@ def run_compile(task: dict) -> dict:
         result["size_gb"] = meta_sizes(task["pytorch_code"], tag)
     if task.get("warm") and hasattr(cand, "ModelNew"):
         device = task["device"]
-        lock = DeviceLock(task.get("lock_dir"))
         try:
             if device == "cuda":
                 torch.cuda.reset_peak_memory_stats()
@@ -529,11 +777,10 @@ def run_compile(task: dict) -> dict:
                                 task["seed_init"], device)
             inputs = make_inputs(ref, task["seeds"][0], device)
             t_warm = time.monotonic()
-            with lock.shared(), torch.no_grad():
+            with torch.no_grad():
                 model(*inputs)
                 _sync(device)
-            result["warm_s"] = round(time.monotonic() - t_warm - lock.waited_s, 3)
-            result["lock_wait_s"] = round(lock.waited_s, 3)
+            result["warm_s"] = round(time.monotonic() - t_warm, 3)
             result["warmed"] = True
             if device == "cuda":  # model, inputs and one forward: the parent sizes the row by it
                 result["peak_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
@@ -570,163 +817,3 @@ def meta_sizes(pytorch_code: str, tag: str) -> dict | None:
         return None
 
 
-def run_candidate(task: dict) -> dict:
-    global _flush, _checks
-    device, backend = task["device"], task.get("backend")
-    if _checks is None:
-        _checks = load_checks("worker")
-    checks = _checks if task.get("gates", True) else []
-    lock = DeviceLock(task.get("lock_dir"))
-    ctx = CheckContext(role="candidate", device=device, backend=backend,
-                       pytorch_code=task["pytorch_code"], kernel_code=task["kernel_code"],
-                       timers=TIMERS)
-    result: dict = {"status": "ok", "reasons": [], "env": env_info(device), "exports": [],
-                    "structures": [], "timing": None, "notes": ctx.notes}
-
-    def done(res: dict) -> dict:
-        res["flags"] = [f.__dict__ for f in ctx.flags]
-        return _finish(res)
-
-    tag = task.get("tag", "x")
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    ref_mod = load_module(task["pytorch_code"], "ref", tag)
-    ctx.ref_module = ref_mod
-    run_hook(checks, "before_import", ctx)
-    global _baseline, _rebased
-    if checks and not _rebased:  # what the gates install is not the candidate's tampering
-        _baseline, _rebased = _snapshot(), True
-    t_import = time.monotonic()
-    try:
-        cand_mod = load_module(task["kernel_code"], "cand", tag)
-    except BaseException as exc:  # noqa: BLE001
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        return done({**result, **classify_exception(exc, "import")})
-    result["notes"]["import_s"] = round(time.monotonic() - t_import, 3)
-    ctx.cand_module = cand_mod
-    if not hasattr(cand_mod, "ModelNew"):
-        return done({**result, "status": "compile_error", "reasons": ["no_modelnew"],
-                     "error": "the candidate defines no class ModelNew"})
-    try:
-        args = init_args(ref_mod, task["seed_init"], device)
-        ref_model = build_model(ref_mod.Model, args, task["seed_init"], device)
-        new_model = build_model(cand_mod.ModelNew, init_args(ref_mod, task["seed_init"], device),
-                                task["seed_init"], device)
-        result["notes"]["parameters"] = share_parameters(ref_model, new_model)
-    except BaseException as exc:  # noqa: BLE001
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        return done({**result, **classify_exception(exc, "build")})
-    ctx.ref_model, ctx.new_model = ref_model, new_model
-    run_hook(checks, "after_import", ctx)
-
-    # -- correctness trials: outputs saved for the parent, which alone holds the reference's
-    out_dir = Path(task["out_dir"])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    seeds = task["seeds"]
-    prev_inputs = None
-    plausible = True
-    try:
-        # the shared lock per trial, not for the whole loop: a pair waiting to be timed
-        # waits for the longest trial, not for every row's whole correctness phase
-        for t, seed in enumerate(seeds):
-            with lock.shared():
-                fresh = make_inputs(ref_mod, seed, device)
-                inplace = bool(task.get("inplace_last", True) and t == len(seeds) - 1 and t > 0
-                               and prev_inputs is not None and _same_layout(prev_inputs, fresh))
-                if inplace:
-                    for buf, new in zip(prev_inputs, fresh):
-                        if isinstance(buf, torch.Tensor):
-                            buf.copy_(new)
-                    cand_inputs = prev_inputs
-                else:
-                    cand_inputs = _clone(fresh)
-                with torch.no_grad():
-                    out = new_model(*cand_inputs)
-                _sync(device)
-                items, struct = flatten_outputs(out)
-                # the outputs as they are now (before the gates call the model again) leave
-                # for the judge: as files, or as the harness's own device copy (CUDA IPC)
-                sent = transport.send(items, out_dir, t, task.get("transport", "files"))
-                if not _inputs_equal(cand_inputs, fresh):
-                    ctx.flag("input_mutated")
-                run_hook(checks, "after_call", ctx, CandidateCall(
-                    trial=t, seed=seed, inplace=inplace, inputs=cand_inputs, pristine=fresh,
-                    outputs=items, structure=struct))
-                result["exports"].append(sent)
-                result["structures"].append(struct)
-                if t == 0 and task.get("time"):
-                    # a quick look, in this process, at whether timing is worth the device's
-                    # time; the verdict is the judge's
-                    try:
-                        with torch.no_grad():
-                            local_ref, _ = flatten_outputs(ref_model(*_clone(fresh)))
-                        plausible = compare(local_ref, items).ok
-                        del local_ref
-                    except Exception as exc:  # noqa: BLE001
-                        plausible = False
-                        result["notes"]["local_reference_error"] = f"{type(exc).__name__}: {exc}"[:300]
-                # only the in-place trial needs the previous buffers: free them otherwise
-                prev_inputs = cand_inputs if t + 2 == len(seeds) else None
-                del out, items, fresh, cand_inputs
-    except BaseException as exc:  # noqa: BLE001
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        return done({**result, **classify_exception(exc, "call")})
-
-    # -- timing: only where the device measures this backend, and only a plausible candidate
-    fresh = cand_inputs = prev_inputs = None  # noqa: F841 - free the trials' tensors first
-    if task.get("time") and not any(f.fatal for f in ctx.flags):
-        if not plausible:
-            result["notes"]["timing_skipped"] = "candidate output differs from the reference"
-        else:
-            try:
-                result["timing"] = _time_pair(task, ctx, ref_model, new_model, ref_mod, lock)
-            except BaseException as exc:  # noqa: BLE001
-                if isinstance(exc, KeyboardInterrupt):
-                    raise
-                return done({**result, **classify_exception(exc, "call")})
-    run_hook(checks, "finish", ctx)
-    del ref_model, new_model
-    result["notes"]["lock_wait_s"] = round(lock.waited_s, 3)
-    if device == "cuda":
-        result["notes"]["peak_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
-        torch.cuda.empty_cache()
-    return done(result)
-
-
-def _same_layout(a: list, b: list) -> bool:
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
-            return False
-        if isinstance(x, torch.Tensor) and (x.shape != y.shape or x.dtype != y.dtype):
-            return False
-    return True
-
-
-def _time_pair(task: dict, ctx: CheckContext, ref_model, new_model, ref_mod, lock) -> dict:
-    global _flush
-    device = task["device"]
-    ref_in = make_inputs(ref_mod, task["seeds"][-1], device)
-    cand_in = _clone(ref_in)
-    checks = (_checks or []) if task.get("gates", True) else []
-    run_hook(checks, "before_timing", ctx)
-    with lock.exclusive(), torch.no_grad():
-        if device == "cuda":
-            if _flush is None:
-                _flush = L2Flush("cuda")
-            timing = time_cuda(lambda: ref_model(*ref_in), lambda: new_model(*cand_in), TIMERS,
-                               _flush, budget_s=task.get("time_budget", 0.5),
-                               min_trials=task.get("min_trials", 20),
-                               max_trials=task.get("max_trials", 1000))
-        else:
-            timing = time_cpu(lambda: ref_model(*ref_in), lambda: new_model(*cand_in), TIMERS,
-                              budget_s=task.get("time_budget", 1.0),
-                              min_trials=task.get("min_trials", 20),
-                              max_trials=task.get("max_trials", 1000))
-    run_hook(checks, "after_timing", ctx, timing)
-    return {"ref_ms": timing.ref_ms, "cand_ms": timing.cand_ms, "wall_s": timing.wall_s,
-            "clock": timing.clock}

@@ -17,6 +17,7 @@ Worker side only: nothing here runs in the parent.
 
 from __future__ import annotations
 
+import base64
 import re
 from pathlib import Path
 
@@ -47,6 +48,40 @@ def release() -> int:
     return n
 
 
+def send_inline(items: list) -> dict:
+    """Trial outputs as bytes inside the reply itself: they travel over the worker's own pipe
+    to the parent and from it to the judge, so no file the candidate can reach is ever read."""
+    specs = []
+    for x in items:
+        if x is None:
+            specs.append({"kind": "none"})
+        elif isinstance(x, torch.Tensor):
+            t = x.detach().to("cpu").contiguous()
+            raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+            specs.append({"kind": "tensor", "dtype": str(t.dtype).removeprefix("torch."),
+                          "shape": list(t.shape), "data": base64.b64encode(raw).decode()})
+        else:
+            raise ValueError(f"an output of type {type(x).__name__} cannot be compared")
+    return {"transport": "inline", "items": specs}
+
+
+def _open_inline(spec: dict, device: str) -> torch.Tensor:
+    dtype = _DTYPES.get(spec.get("dtype"))
+    if dtype is None:
+        raise ValueError(f"unsupported dtype {spec.get('dtype')!r}")
+    shape = [_int(v) for v in spec.get("shape") or []]
+    raw = base64.b64decode(_str(spec.get("data")), validate=True)
+    numel = 1
+    for n in shape:
+        numel *= n
+    if len(raw) != numel * torch.empty(0, dtype=dtype).element_size():
+        raise ValueError("output bytes do not match its shape")
+    if not numel:
+        return torch.empty(shape, dtype=dtype, device=device)
+    t = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
+    return t.to(device)
+
+
 def send(items: list, out_dir: Path, trial: int, transport: str) -> dict:
     """Describe trial `trial`'s outputs for the judge (candidate worker). `items` are the flat
     outputs (tensors or None) after the device-wide synchronize."""
@@ -60,9 +95,7 @@ def send(items: list, out_dir: Path, trial: int, transport: str) -> dict:
                 _HELD.append(own)             # to its own buffers do not reach the judge
                 specs.append(_ipc_spec(own))
             else:
-                path = out_dir / f"cand_{trial}_{i}.pt"
-                torch.save(x.detach().to("cpu", copy=True), path)
-                specs.append({"kind": "file", "path": str(path)})
+                specs.extend(send_inline([x])["items"])
         torch.cuda.synchronize()
         return {"transport": "cuda_ipc", "items": specs}
     path = out_dir / f"cand_{trial}.pt"
@@ -90,6 +123,9 @@ def receive(desc, device: str):
         raise ValueError("not an output description")
     if desc.get("transport") == "files":
         return _load_file(Path(_str(desc.get("path"))), device)
+    if desc.get("transport") == "inline" and isinstance(desc.get("items"), list):
+        return [None if isinstance(s, dict) and s.get("kind") == "none" else
+                _open_inline(s if isinstance(s, dict) else {}, device) for s in desc["items"]]
     if desc.get("transport") != "cuda_ipc" or not isinstance(desc.get("items"), list):
         raise ValueError("unknown transport")
     out = []
@@ -104,6 +140,8 @@ def receive(desc, device: str):
             out.append(x)
         elif kind == "cuda":
             out.append(_open_ipc(spec))
+        elif kind == "tensor":
+            out.append(_open_inline(spec, device))
         else:
             raise ValueError(f"unknown output kind {kind!r}")
     return out

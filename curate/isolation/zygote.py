@@ -1,0 +1,260 @@
+"""A fork server: one process that has imported the heavy libraries (torch, the harness) but has
+run no untrusted code and initialized no device, and forks a fresh child for every session.
+
+No process that ran a candidate may serve another row (what it patched, hooked or left running
+would carry over), and a fresh interpreter costs seconds of imports. A fork costs tens of
+milliseconds. The server stays single-threaded and touches no device, so every child starts
+from the same clean state and initializes CUDA itself.
+
+    python -m curate.isolation.zygote CONTROL_FD PRELOAD[,PRELOAD...]
+
+The parent (`Zygote`) sends `{"op": "fork", ...}` with the child's task, result and output
+pipes attached (SCM_RIGHTS); the server answers `{"pid": N}` and later `{"exit": N, "code": C}`
+(negative C: killed by signal -C), the way `subprocess.Popen.returncode` reads.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+_MSG = 1 << 20
+
+
+# -- server side (its own process) ----------------------------------------------------------------
+def _reap(ctrl: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        ctrl.send(json.dumps({"exit": pid, "code": code}).encode())
+
+
+def _child(req: dict, fds: list[int], ctrl: socket.socket) -> None:
+    """In the forked child: a session of its own, the pipes as stdio, then the worker loop."""
+    code = 70
+    try:
+        ctrl.close()
+        os.setsid()
+        task_r, res_w, out_w = fds
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_w, 1)
+        os.dup2(out_w, 2)
+        os.close(out_w)
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update(req["env"])
+        import tempfile
+        tempfile.tempdir = None  # the server's was cached before this child had its TMPDIR
+        from .pool import apply_limits
+        apply_limits(req.get("limits") or {}, req.get("confine"))
+        from .worker import serve
+        code = serve(task_r, res_w, req["handler"], req.get("setup") or "")
+    except BaseException:  # noqa: BLE001 - a child never returns into the server's loop
+        import traceback
+        try:
+            traceback.print_exc()
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001
+            pass
+    finally:
+        os._exit(code)
+
+
+def main(argv: list[str]) -> int:
+    ctrl = socket.socket(fileno=int(argv[0]))
+    for spec in filter(None, (argv[1] if len(argv) > 1 else "").split(",")):
+        optional = spec.startswith("?")  # "?triton": imported where installed
+        mod, _, fn = spec.lstrip("?").partition(":")
+        try:
+            m = importlib.import_module(mod)
+        except ImportError:
+            if optional:
+                continue
+            raise
+        if fn:
+            getattr(m, fn)()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ctrl.send(json.dumps({"ready": os.getpid()}).encode())
+    while True:
+        r, _, _ = select.select([ctrl], [], [], 0.05)
+        _reap(ctrl)
+        if not r:
+            continue
+        try:
+            data, fds, _, _ = socket.recv_fds(ctrl, _MSG, 8)
+        except OSError:
+            return 0
+        if not data:
+            return 0  # the parent went away: children are killed by their pool
+        req = json.loads(data)
+        if req.get("op") != "fork" or len(fds) != 3:
+            for fd in fds:
+                os.close(fd)
+            ctrl.send(json.dumps({"error": "bad request"}).encode())
+            continue
+        pid = os.fork()
+        if pid == 0:
+            _child(req, fds, ctrl)
+        for fd in fds:
+            os.close(fd)
+        ctrl.send(json.dumps({"pid": pid}).encode())
+
+
+# -- parent side --------------------------------------------------------------------------------
+class ForkedChild:
+    """A `subprocess.Popen`-like handle on a child of the fork server (which reaps it and
+    reports its exit code)."""
+
+    def __init__(self, server: "Zygote", pid: int, stdout):
+        self.server, self.pid, self.stdout = server, pid, stdout
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.server.exit_code(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("forked child", timeout)
+            self.server.wait_exit(0.05)
+        return self.returncode
+
+
+class Zygote:
+    """Start the fork server with `env` (already scrubbed: every child's /proc/<pid>/environ is
+    the server's), `preload` imports and the process-wide part of `limits` (network namespace);
+    `spawn()` forks one child."""
+
+    def __init__(self, preload: list[str], env: dict[str, str], cwd: str, preexec=None,
+                 start_timeout: float = 300.0):
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock = parent
+        cmd = [sys.executable, "-m", "curate.isolation.zygote", str(child.fileno()),
+               ",".join(preload)]
+        self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     pass_fds=(child.fileno(),), start_new_session=True,
+                                     preexec_fn=preexec, close_fds=True)
+        child.close()
+        self._exits: dict[int, int] = {}
+        self._replies: list[dict] = []
+        self._cond = threading.Condition()
+        self._spawn_lock = threading.Lock()
+        self.closed = False
+        r, _, _ = select.select([self.sock], [], [], start_timeout)
+        msg = self._read() if r else None
+        if not (isinstance(msg, dict) and "ready" in msg):
+            err = b""
+            try:
+                self.proc.kill()
+                err = self.proc.communicate(timeout=10)[1] or b""
+            except Exception:  # noqa: BLE001
+                pass
+            raise RuntimeError(f"fork server failed to start: {err.decode(errors='replace')[-2000:]}")
+        threading.Thread(target=self._listen, daemon=True, name="zygote-listen").start()
+
+    def _read(self) -> Any:
+        try:
+            data = self.sock.recv(_MSG)
+        except OSError:
+            return None
+        return json.loads(data) if data else None
+
+    def _listen(self) -> None:
+        while True:
+            msg = self._read()
+            with self._cond:
+                if msg is None:
+                    self.closed = True
+                    self._cond.notify_all()
+                    return
+                if "exit" in msg:
+                    self._exits[int(msg["exit"])] = int(msg["code"])
+                else:
+                    self._replies.append(msg)
+                self._cond.notify_all()
+
+    @property
+    def alive(self) -> bool:
+        return not self.closed and self.proc.poll() is None
+
+    def spawn(self, *, cwd: str, env: dict[str, str], handler: str, setup: str | None,
+              limits: dict, confine: dict | None, timeout: float = 30.0) -> tuple[ForkedChild, int, int]:
+        """Fork a worker; returns (child, task_w, res_r), the parent's ends of its pipes."""
+        task_r, task_w = os.pipe()
+        res_r, res_w = os.pipe()
+        out_r, out_w = os.pipe()
+        req = {"op": "fork", "cwd": cwd, "env": env, "handler": handler, "setup": setup,
+               "limits": limits, "confine": confine}
+        try:
+            with self._spawn_lock:
+                socket.send_fds(self.sock, [json.dumps(req).encode()], [task_r, res_w, out_w])
+                reply = self._reply(timeout)
+        except BaseException:
+            for fd in (task_w, res_r, out_r):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (task_r, res_w, out_w):
+                os.close(fd)
+        if not isinstance(reply, dict) or "pid" not in reply:
+            for fd in (task_w, res_r, out_r):
+                os.close(fd)
+            raise RuntimeError(f"fork server refused: {reply!r}")
+        return ForkedChild(self, int(reply["pid"]), os.fdopen(out_r, "rb", buffering=0)), task_w, res_r
+
+    def _reply(self, timeout: float) -> dict | None:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not self._replies:
+                left = deadline - time.monotonic()
+                if self.closed or left <= 0:
+                    return None
+                self._cond.wait(left)
+            return self._replies.pop(0)
+
+    def exit_code(self, pid: int) -> int | None:
+        with self._cond:
+            if pid in self._exits:
+                return self._exits[pid]
+            return -9 if self.closed else None
+
+    def wait_exit(self, timeout: float) -> None:
+        with self._cond:
+            self._cond.wait(timeout)
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,200 @@
+"""The one way a model is called in verify, in the judge (reference) and in the candidate's
+worker alike: so correctness calls and timed calls look the same to a candidate, and the
+reference and the candidate are timed by the same code on the same inputs.
+
+A call is `(set, scale)`: the inputs are trial input set `set` (made from its seed by
+`get_inputs()`), with every floating-point tensor multiplied by `scale`, written in place into
+the same buffers before every call. Values change from call to call, so no cache keyed by
+pointer, by a checksum of a few elements or by call count can answer a later call with an
+earlier result; both processes compute the same bits from the same rule, so the judge can
+recompute any call the parent picks afterwards.
+
+Worker side only (imported after the timers were captured).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+
+import torch
+
+from .compare import flatten_outputs
+
+
+class OutputRefused(Exception):
+    """The forward returned something that is not finished work (a tensor subclass, a lazy
+    value) or an output that is the storage of an earlier call's output."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+
+
+@dataclass
+class Batch:
+    ms: list[float] = field(default_factory=list)
+    outputs: list[tuple[list, str]] = field(default_factory=list)   # (flat items, structure)
+
+
+def _clone(x):
+    if isinstance(x, torch.Tensor):
+        return x.clone()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_clone(v) for v in x)
+    return x
+
+
+def _same_layout(a: list, b: list) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
+            return False
+        if isinstance(x, torch.Tensor) and (x.shape != y.shape or x.dtype != y.dtype
+                                            or x.device != y.device):
+            return False
+    return True
+
+
+class CallRunner:
+    """Calls `model` on variants of `base_sets` (one list of inputs per trial seed)."""
+
+    def __init__(self, model, base_sets: list[list], device: str, timers, flush=None):
+        self.model, self.base, self.device = model, base_sets, device
+        self.timers, self.flush = timers, flush
+        self.bufs = _clone(base_sets[0])
+        self.calls = 0
+
+    def inputs(self, k: int, scale: float) -> list:
+        """Write call `(k, scale)`'s inputs into the buffers (new buffers when set k's shapes
+        differ) and return them."""
+        src = self.base[k]
+        if not _same_layout(self.bufs, src):
+            self.bufs = _clone(src)
+        out = []
+        for j, (buf, x) in enumerate(zip(self.bufs, src)):
+            if isinstance(buf, torch.Tensor):
+                buf.copy_(x)
+                if scale != 1.0 and buf.is_floating_point():
+                    buf.mul_(scale)
+                out.append(buf)
+            else:
+                out.append(x)
+        return out
+
+    def pristine(self, k: int, scale: float) -> list:
+        """A separate copy of call `(k, scale)`'s inputs (to see whether the call changed them)."""
+        out = []
+        for x in self.base[k]:
+            if isinstance(x, torch.Tensor):
+                y = x.clone()
+                if scale != 1.0 and y.is_floating_point():
+                    y.mul_(scale)
+                out.append(y)
+            else:
+                out.append(x)
+        return out
+
+    def run(self, calls: list, keep: bool, after=None) -> Batch:
+        """Every call: inputs written, L2 flushed, device-wide synchronized, timed. `after(i,
+        inputs, items, structure)` runs between calls, outside the clock."""
+        batch = Batch()
+        cuda = self.device == "cuda"
+        t = self.timers
+        seen: dict[int, int] = {}
+        for i, (k, scale) in enumerate(calls):
+            args = self.inputs(int(k), float(scale))
+            if cuda:
+                reset_persisting_l2()
+                if self.flush is not None:
+                    self.flush.run()
+                t.cuda_synchronize()
+                start, end = t.cuda_event(enable_timing=True), t.cuda_event(enable_timing=True)
+                t.cuda_record(start)
+                with torch.no_grad():
+                    out = self.model(*args)
+                t.cuda_synchronize()  # device-wide: side streams' work counts
+                t.cuda_record(end)
+                t.cuda_synchronize()
+                ms = float(t.cuda_elapsed(start, end))
+            else:
+                t0 = t.perf_counter()
+                with torch.no_grad():
+                    out = self.model(*args)
+                ms = (t.perf_counter() - t0) * 1e3
+            items, struct = flatten_outputs(out)
+            del out
+            plain_outputs(items)
+            batch.ms.append(ms)
+            self.calls += 1
+            if keep:
+                for x in items:
+                    if isinstance(x, torch.Tensor) and x.numel():
+                        ptr = x.untyped_storage().data_ptr()
+                        if ptr in seen:
+                            raise OutputRefused(
+                                "output_reused", f"call {i} returned the storage of call "
+                                f"{seen[ptr]}'s output: outputs must be fresh work")
+                        seen[ptr] = i
+                batch.outputs.append((items, struct))
+            if after is not None:
+                after(i, args, items, struct)
+        return batch
+
+
+def plain_outputs(items: list) -> None:
+    """Refuse outputs that are not plain, materialized tensors: a subclass or a wrapper can
+    compute its values when they are read, after the clock stopped."""
+    for x in items:
+        if x is None or isinstance(x, (bool, int, float)):
+            continue
+        if type(x) is not torch.Tensor:
+            raise OutputRefused("output_not_plain_tensor",
+                                f"the forward returned a {type(x).__module__}."
+                                f"{type(x).__qualname__}, not a torch.Tensor")
+        if x.device.type == "meta" or x.layout != torch.strided:
+            raise OutputRefused("output_not_plain_tensor",
+                                f"the forward returned a {x.layout} tensor on {x.device}")
+
+
+def output_bytes(items: list) -> int:
+    return sum(x.numel() * x.element_size() for x in items if isinstance(x, torch.Tensor))
+
+
+# -- persisting L2 ------------------------------------------------------------------------------
+_cudart = None
+_cudart_tried = False
+_limit_set = False
+_LIMIT_PERSISTING_L2 = 0x06
+
+
+def _runtime():
+    global _cudart, _cudart_tried
+    if not _cudart_tried:
+        _cudart_tried = True
+        for name in ("libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"):
+            try:
+                _cudart = ctypes.CDLL(name)
+                break
+            except OSError:
+                continue
+    return _cudart
+
+
+def reset_persisting_l2() -> bool:
+    """No L2 lines kept resident across the flush: the persisting carve-out set to zero and
+    persisting lines reset (a kernel could set an access-policy window on its stream so that
+    its data survives the flush). False where the runtime library cannot be reached."""
+    rt = _runtime()
+    if rt is None:
+        return False
+    global _limit_set
+    try:
+        if not _limit_set:
+            rt.cudaDeviceSetLimit(ctypes.c_int(_LIMIT_PERSISTING_L2), ctypes.c_size_t(0))
+            _limit_set = True
+        rt.cudaCtxResetPersistingL2Cache()
+        return True
+    except (AttributeError, OSError):
+        return False
