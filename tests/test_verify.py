@@ -54,7 +54,7 @@ HOSTILE = {
     "hostile_import_error": "compile_error",
     "hostile_raise": "runtime_error",
     "triton_wrong": "incorrect",
-    "stale_cache": "incorrect",
+    "stale_cache": "deceptive",   # the cached tensor comes back from later calls: output_reused
     "nan_output": "incorrect",
     "tuple_output": "incorrect",
 }
@@ -93,7 +93,7 @@ def test_statuses_carry_machine_readable_reasons(hostile_run):
     assert "syntax_error" in results["syntax_error"].reasons
     assert "nan_inf" in results["nan_output"].reasons
     assert "output_mismatch" in results["triton_wrong"].reasons
-    assert "output_mismatch" in results["stale_cache"].reasons  # caught by the in-place trial
+    assert "output_reused" in results["stale_cache"].reasons  # a later call returned its storage
     assert set(results["tuple_output"].reasons) & {"output_structure_mismatch",
                                                     "output_count_mismatch"}
     assert "bad grid" in results["hostile_raise"].error
@@ -372,9 +372,9 @@ def test_output_descriptions_from_the_candidate_are_checked(tmp_path):
     transport.check_bounds([0, 4], [4, 1], 0, torch.float32, 0)  # empty views fit anywhere
 
 
-def test_verify_on_cpu_sends_outputs_as_files(cache_dir):
+def test_verify_on_cpu_sends_outputs_inside_the_replies(cache_dir):
     with Verifier(device="cpu", workers=1, cache_dir=cache_dir, compile_workers=0) as v:
-        assert v.transport == "files" and "transport" not in v.config()
+        assert v.transport == "inline" and "transport" not in v.config()
         assert v.confined in (True, False)  # Landlock on the CPU device where the kernel has it
     with pytest.raises(ValueError):
         Verifier(device="cpu", transport="cuda_ipc")

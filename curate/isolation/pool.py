@@ -437,13 +437,21 @@ class WorkerPool:
         self.secrets = secret_values()
         hide_from_proc(self.secrets)
         self._zygote: Zygote | None = None
+        self._server_of: WorkerPool | None = None
         self._zygote_lock = threading.Lock()
         self._free: queue.Queue = queue.Queue()
         for s in self.slots:
             self._free.put(s)
 
+    def share_server(self, other: "WorkerPool") -> None:
+        """Fork this pool's workers from `other`'s server (same environment and limits): one
+        server's imports instead of one per pool."""
+        self._server_of = other
+
     def zygote(self) -> Zygote:
         """The fork server, started on first use (and again if it died)."""
+        if self._server_of is not None:
+            return self._server_of.zygote()
         with self._zygote_lock:
             if self._zygote is None or not self._zygote.alive:
                 if self._zygote is not None:

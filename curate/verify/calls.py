@@ -132,7 +132,7 @@ class CallRunner:
                 for x in items:
                     if isinstance(x, torch.Tensor) and x.numel():
                         ptr = x.untyped_storage().data_ptr()
-                        if ptr in seen:
+                        if seen.get(ptr, i) != i:
                             raise OutputRefused(
                                 "output_reused", f"call {i} returned the storage of call "
                                 f"{seen[ptr]}'s output: outputs must be fresh work")

@@ -249,6 +249,8 @@ class Verifier:
         self.pools = {"judge": pool(self.workers), "candidate": pool(self.workers)}
         if self.compile_ahead:
             self.pools["compile"] = pool(self.compile_workers)
+        for p in list(self.pools.values())[1:]:
+            p.share_server(self.pools["judge"])
         self._parent_checks = load_checks("parent") if self.gates else []
         if self.transport == "auto":
             self.transport = "inline"
