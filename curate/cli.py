@@ -21,7 +21,7 @@ from . import __version__
 from .errors import BadInput, NotAvailable, Terminated
 
 INTERRUPTED = "interrupted; rerun the same command to resume"
-EXIT_GRACE_S = 5.0  # after an interrupt, how long shutdown may wait on worker threads
+STOP_WITHIN_S = 8.0  # from Ctrl-C to exit, however long a worker pool takes to let go
 
 # name -> (module:attribute, one-line help). The order is the order of the user's work.
 COMMANDS = {
@@ -94,7 +94,9 @@ def main(verbose: bool) -> None:
 def run() -> None:
     """Console entry point: map errors onto the contract's exit codes (2 bad input, 1 failure,
     130 Ctrl-C, 143 SIGTERM: the rows finished so far stay in the ledger for the rerun)."""
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    _exit_state["pid"] = os.getpid()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _on_signal)
     try:
         main.main(standalone_mode=False)
     except click.exceptions.Abort as exc:  # click turns Ctrl-C into Abort
@@ -122,8 +124,29 @@ def run() -> None:
     sys.exit(0)
 
 
-def _raise_terminated(signum, frame):
-    raise Terminated()
+def _on_signal(signum, frame):
+    """Ctrl-C or SIGTERM: unwind the stages like KeyboardInterrupt (finished rows committed,
+    partial outputs removed), with a deadline in case something will not stop."""
+    terminated = signum == signal.SIGTERM
+    if os.getpid() != _exit_state["pid"]:  # a forked worker inherited this: Python's defaults
+        if terminated:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise KeyboardInterrupt()
+    _deadline(143 if terminated else 130)
+    raise Terminated() if terminated else KeyboardInterrupt()
+
+
+_exit_state = {"pid": None, "timer": None, "said": False}
+
+
+def _deadline(code: int) -> None:
+    if _exit_state["timer"] is None:
+        timer = threading.Timer(STOP_WITHIN_S, _hard_exit, (code,))
+        timer.daemon = True
+        timer.start()
+        _exit_state["timer"] = timer
 
 
 def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
@@ -138,19 +161,19 @@ def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
 
 
 def _interrupted(exc: KeyboardInterrupt) -> None:
-    """One line, no traceback, exit 130 (143 for SIGTERM). The stages have already unwound
-    (ledger committed, partial outputs removed); worker threads that will not stop do not get
-    to hold the exit up for more than a few seconds."""
+    """One line, no traceback, exit 130 (143 for SIGTERM). The stages have already unwound;
+    worker threads that will not stop get to hold the exit up only until the deadline."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not print a traceback
     code = 143 if isinstance(exc, Terminated) else 130
+    _deadline(code)
     click.echo(INTERRUPTED, err=True)
-    timer = threading.Timer(EXIT_GRACE_S, _hard_exit, (code,))
-    timer.daemon = True
-    timer.start()
+    _exit_state["said"] = True
     sys.exit(code)
 
 
 def _hard_exit(code: int) -> None:
+    if not _exit_state["said"]:
+        print(INTERRUPTED, file=sys.stderr)
     sys.stderr.flush()
     os._exit(code)

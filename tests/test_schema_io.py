@@ -86,7 +86,7 @@ def test_non_utf8_jsonl_names_the_row(tmp_path):
     p.write_bytes(json.dumps({"pytorch_code": "ok"}).encode() + b"\n" + b'{"pytorch_code": "\xff\xfe"}\n')
     with pytest.raises(BadInput) as exc:
         list(read_batches(p))
-    assert "row 1" in str(exc.value) and "UTF-8" in str(exc.value)
+    assert "line 2" in str(exc.value) and "UTF-8" in str(exc.value)  # lines count from 1
 
 
 def test_non_utf8_binary_parquet_column_names_the_row(tmp_path):

@@ -22,8 +22,14 @@ from pathlib import Path
 from typing import Iterator
 
 from ..record import ensure_id, row_key
-from ..tableio import (TableWriter, clear_leftovers, open_input, read_batches, required_columns,
-                       sibling)
+from ..tableio import (
+    TableWriter,
+    clear_leftovers,
+    open_input,
+    read_batches,
+    required_columns,
+    sibling,
+)
 from .ledger import Ledger
 from .progress import Progress
 from .step import Outcome, Source, Step
