@@ -145,7 +145,7 @@ class Verifier:
                  cache_dir: str | os.PathLike | None = None, memory_gb: float | None = None,
                  compile_ahead: bool = True, output_bytes: int = 8 * 2**20, gates: bool = True,
                  confine: bool | None = None, transport: str = "auto",
-                 keep_idle_gb: float | None = 1.0):
+                 keep_idle_gb: float | None = 1.0, static_gates: bool = True):
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be cpu or cuda, not {device!r}")
         cpus = os.cpu_count() or 2
@@ -183,6 +183,8 @@ class Verifier:
         # device memory a worker may keep between tasks before it is replaced (None: never)
         self.keep_idle_gb = keep_idle_gb
         self.gates = gates  # False: the bare harness, without curate.verify.gates' checks
+        # False: only the gates that watch the code run (benchmarks show the layers apart)
+        self.static_gates = static_gates
         self.confine = confine  # None: Landlock where a probe says CUDA works under it
         self.confined: bool | None = None  # what start() decided
         self.confine_probe: str | None = None
@@ -252,6 +254,9 @@ class Verifier:
         for p in list(self.pools.values())[1:]:
             p.share_server(self.pools["judge"])
         self._parent_checks = load_checks("parent") if self.gates else []
+        if not self.static_gates:
+            self._parent_checks = [c for c in self._parent_checks
+                                   if getattr(c, "name", "") != "static"]
         if self.transport == "auto":
             self.transport = "inline"
             if self.device == "cuda":

@@ -451,6 +451,10 @@ def run_candidate(task: dict) -> dict:
         if s.device == "cuda":
             notes["peak_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
         notes["persisting_l2_reset"] = reset_persisting_l2() if s.device == "cuda" else None
+        patched = tampered()
+        if patched:  # torch, F, Tensor methods or timers replaced for the whole process
+            s.ctx.flag("library_patched", fatal=True)
+            notes["patched"] = patched[:20]
         harness = harness_tampered()
         if harness:
             s.ctx.flag("harness_tampered", fatal=True)

@@ -1,0 +1,159 @@
+"""A row's verdict depends on that row alone: every hostile fixture interleaved with honest rows
+in ONE verify run, then the honest rows again without them, and the hostile rows alone.
+
+    PYTHONPATH=. python benchmarks/hostile_mix.py --device cuda --kernelbench KB --n 48 \
+        --out benchmarks/results/hostile_mix_h200.json
+    PYTHONPATH=. python benchmarks/hostile_mix.py --device cpu --out benchmarks/results/hostile_mix_cpu.json
+
+Honest rows: the honest fixtures of tests/fixtures/hostile and, with --kernelbench, inductor
+candidates of a seeded KernelBench sample (synthesized in this run). Hostile rows: every other
+fixture there, and the crash, hang, exit, flood, out-of-memory and fault fixtures of
+tests/fixtures/verify. Printed per row: solo status and speedup, mixed status and speedup, and for
+hostile rows the reason that rejected them. Goals (issue 15): every honest row the same status
+mixed as solo, speedups within 3% (median) and 10% (worst), every hostile row rejected, no stall,
+mixed wall time at most 1.5x the solo runs together.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from hostile_table import CAUGHT, environment, fixture_rows  # noqa: E402
+
+VERIFY_FIX = ROOT / "tests" / "fixtures" / "verify"
+CRASH = {"hostile_crash": "crashed", "hostile_hang": "timeout", "hostile_exit": "crashed",
+         "hostile_flood": "crashed", "hostile_oom": "runtime_error",
+         "hostile_import_error": "compile_error", "hostile_raise": "runtime_error",
+         "stale_cache": "deceptive", "nan_output": "incorrect", "triton_wrong": "incorrect"}
+CUDA_CRASH = {"cuda_illegal_access": "runtime_error"}
+
+
+def crash_rows(device: str) -> list[dict]:
+    from curate.schema import new_record
+    ref = (VERIFY_FIX / "ref_scale_add.py").read_text()
+    names = dict(CRASH, **(CUDA_CRASH if device == "cuda" else {}))
+    rows = []
+    for name, expect in names.items():
+        backend = "cuda" if name.startswith("cuda_") else "triton"
+        row = new_record(id=f"verify/{name}", pytorch_code=ref,
+                         kernel_code=(VERIFY_FIX / f"{name}.py").read_text(), backend=backend,
+                         source="file", entry_point="Model")
+        row["_case"] = {"case": name, "expect": [expect], "what": "crash fixture"}
+        rows.append(row)
+    return rows
+
+
+def kernelbench_rows(kb: Path, n: int, device: str, seed: int) -> tuple[list[dict], dict]:
+    from verify_throughput import problem_rows, sample_problems, synthesize
+    files = sample_problems(kb, n, seed, ["1", "2"])
+    pairs, info = synthesize(problem_rows(files, kb), device)
+    for p in pairs:
+        p["_case"] = {"case": p.get("path") or p["id"], "honest": True, "what": "inductor"}
+    return pairs, info
+
+
+def verify(rows: list[dict], device: str, workers: int | None, timeout: float,
+           label: str) -> tuple[dict, float]:
+    from curate.verify import Verifier
+    clean = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
+    out, t0 = {}, time.monotonic()
+    with Verifier(device=device, workers=workers, timeout=timeout) as v:
+        for i, res in v.verify(clean):
+            out[rows[i]["id"]] = {"status": res.status, "reasons": list(res.reasons),
+                                  "speedup": res.speedup, "ci": [res.speedup_ci_low,
+                                                                 res.speedup_ci_high],
+                                  "seconds": round(res.seconds, 2),
+                                  "error": (res.error or "")[:200] or None}
+            print(f"{label} +{time.monotonic() - t0:6.1f}s {len(out):3d}/{len(rows)} "
+                  f"{rows[i]['id'][:48]:48s} {res.status}", file=sys.stderr, flush=True)
+    return out, time.monotonic() - t0
+
+
+def interleave(a: list, b: list) -> list:
+    """`a` and `b` spread evenly through one list (hostile rows between honest ones)."""
+    keyed = [(i / max(len(a), 1), 0, x) for i, x in enumerate(a)]
+    keyed += [((j + 0.5) / max(len(b), 1), 1, x) for j, x in enumerate(b)]
+    return [x for _, _, x in sorted(keyed, key=lambda t: (t[0], t[1]))]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--kernelbench", type=Path, default=None)
+    ap.add_argument("--n", type=int, default=48, help="KernelBench problems to synthesize")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    import torch
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    backends = ["triton", "cuda"] if device == "cuda" else ["cpp", "triton"]
+    fixtures = fixture_rows(backends)
+    honest = [r for r in fixtures if r["_case"].get("honest")]
+    hostile = [r for r in fixtures if not r["_case"].get("honest")] + crash_rows(device)
+    report: dict = {"environment": environment(device), "device": device}
+    if args.kernelbench:
+        kb, info = kernelbench_rows(args.kernelbench, args.n, device, args.seed)
+        honest += kb
+        report["synth"] = info
+    mixed_rows = interleave(honest, hostile)
+    mixed, wall_mixed = verify(mixed_rows, device, args.workers, args.timeout, "mixed")
+    solo, wall_solo = verify(honest, device, args.workers, args.timeout, "honest-alone")
+    alone, wall_alone = verify(hostile, device, args.workers, args.timeout, "hostile-alone")
+    table, diffs = [], []
+    for r in honest + hostile:
+        case, m = r["_case"], mixed.get(r["id"], {})
+        s = (solo if case.get("honest") else alone).get(r["id"], {})
+        row = {"id": r["id"], "honest": bool(case.get("honest")), "solo": s.get("status"),
+               "mixed": m.get("status"), "solo_speedup": s.get("speedup"),
+               "mixed_speedup": m.get("speedup"), "mixed_reasons": m.get("reasons"),
+               "mixed_error": m.get("error")}
+        if case.get("honest"):
+            row["same_status"] = s.get("status") == m.get("status")
+            if s.get("speedup") and m.get("speedup"):
+                row["speedup_diff"] = abs(m["speedup"] / s["speedup"] - 1)
+                diffs.append(row["speedup_diff"])
+        else:
+            expect = case.get("expect") or list(CAUGHT)
+            row["rejected"] = m.get("status") in expect
+            row["expect"] = expect
+        table.append(row)
+    h = [t for t in table if t["honest"]]
+    x = [t for t in table if not t["honest"]]
+    report.update({
+        "rows": table,
+        "summary": {
+            "honest": len(h), "hostile": len(x),
+            "honest_same_status": sum(t["same_status"] for t in h),
+            "speedup_diff_median": statistics.median(diffs) if diffs else None,
+            "speedup_diff_max": max(diffs) if diffs else None,
+            "hostile_rejected": sum(t["rejected"] for t in x),
+            "wall_mixed_s": round(wall_mixed, 1), "wall_honest_alone_s": round(wall_solo, 1),
+            "wall_hostile_alone_s": round(wall_alone, 1),
+            "mixed_over_solo": round(wall_mixed / max(wall_solo + wall_alone, 1e-9), 3)}})
+    print(f"{'row':48s} {'solo':16s} {'mixed':16s} {'solo x':>8s} {'mixed x':>8s}  reasons")
+    for t in table:
+        fmt = (lambda v: f"{v:8.2f}" if isinstance(v, float) else f"{'-':>8s}")
+        print(f"{t['id'][:48]:48s} {str(t['solo']):16s} {str(t['mixed']):16s} "
+              f"{fmt(t['solo_speedup'])} {fmt(t['mixed_speedup'])}  "
+              f"{','.join((t['mixed_reasons'] or [])[:4])}")
+    print(json.dumps(report["summary"], indent=1))
+    out = args.out or ROOT / "benchmarks" / "results" / f"hostile_mix_{device}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1, default=str))
+    ok = (report["summary"]["honest_same_status"] == len(h)
+          and report["summary"]["hostile_rejected"] == len(x))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
