@@ -340,7 +340,9 @@ class Verifier:
         if not rows:
             return
         self.start()
-        threads = 2 * self.workers + (self.compile_workers if self.compile_ahead else 0) + 1
+        # a thread per row: rows decided in the parent (static gates) never queue behind rows
+        # that wait for memory or the device
+        threads = max(2 * self.workers + self.compile_workers + 1, min(len(rows), 256))
         with ThreadPoolExecutor(max_workers=min(len(rows), threads),
                                 thread_name_prefix="verify-row") as ex, \
                 ThreadPoolExecutor(max_workers=max(1, self.compile_workers),
@@ -613,7 +615,7 @@ class Verifier:
             calls = [[rng.randrange(self.trials), _scale(rng)] for _ in range(per_batch)]
             order = ("candidate", "judge") if r % 2 == 0 else ("judge", "candidate")
             self._phase("waiting to time")
-            with self._device.exclusive(), self.freezer.quiet(keep=pids):
+            with self._device.exclusive(), self._quiet(pids):
                 self._phase("timing")
                 for side in order:
                     w = cw if side == "candidate" else jw
@@ -731,6 +733,14 @@ class Verifier:
         for f in value.get("flags") or []:
             ctx.flag(f.get("reason", "flag"), bool(f.get("fatal")), f.get("status") or (
                 default if f.get("reason", "").startswith("reference_") else None))
+
+    def _quiet(self, pids: set):
+        """Every other worker stopped while a pair is timed: on the CPU, where they compete for
+        the cores. On the GPU the device gate keeps other work off the device; a stopped process
+        that holds a driver resource could stall the timed one (seen on the H200)."""
+        if self.device == "cpu":
+            return self.freezer.quiet(keep=pids)
+        return contextlib.nullcontext()
 
     def _phase(self, what: str) -> None:
         self._phases[threading.get_ident()] = what
