@@ -18,7 +18,10 @@ a warm-up, or a call into a function of a compiled extension (`load_inline`, `cp
 inductor's `cpp_pybinding`), or a call of an operator from a namespace that is not PyTorch's own
 (`torch.ops.myext.fn`). The ghost run makes every such launch write garbage (NaN, or the
 integer minimum) into whatever it wrote and into what it returned; an output that does not
-change was not computed by the custom kernels.
+change was not computed by the custom kernels. A write is seen as a change of contents, so in the
+ghost run every `torch.empty*` allocation starts poisoned too: recycled memory (the CUDA caching
+allocator hands out freed blocks as they are) could otherwise already hold the very values the
+launch writes, and an honest launch would look unused.
 """
 
 from __future__ import annotations
@@ -89,6 +92,25 @@ def _poison_tensor(t) -> None:
             t.logical_not_()
         else:
             t.fill_(torch.iinfo(t.dtype).min if t.dtype != torch.uint8 else 255)
+
+
+# aten allocations whose contents are undefined: in the ghost run they start poisoned
+_UNINITIALIZED = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+                  "empty_permuted"}
+
+
+def _poison_fresh(func, out) -> None:
+    """Poison what an uninitialized allocation returned: a block recycled from an earlier call
+    must not already hold the values a launch is about to write (a write would then change
+    nothing, and look like no write)."""
+    name = getattr(getattr(func, "overloadpacket", None), "__name__", "")
+    if name not in _UNINITIALIZED:
+        return
+    for t in _tensors_in(out if isinstance(out, (list, tuple)) else [out]):
+        try:
+            _poison_tensor(t)
+        except Exception:  # noqa: BLE001 - sparse, quantized, meta: left as they are
+            pass
 
 
 def _ghost_call(fn: Callable, args: tuple, kwargs: dict, out_names: Iterable[str] = ()):
@@ -278,6 +300,7 @@ def _custom_op_mode():
                     return _ghost_call(func, args, kwargs)
             out = func(*args, **kwargs)
             if STATE.ghost:
+                _poison_fresh(func, out)
                 _register_ghost_tensors(out)
             return out
 
@@ -1013,10 +1036,13 @@ def check_candidate(model, inputs_a, inputs_b=None, *, device="cpu", params=None
             if names and not any(k in n for n in names for k in cuda_kernel_names):
                 add([("cuda_kernel_not_launched", FAIL)])
 
-        # 2. ghost run: custom launches write garbage; the output must change
+        # 2. ghost run: custom launches write garbage; the output must change. out_a and
+        # flat_a stay alive through it, so the allocator cannot hand their blocks (which hold
+        # the right values) to the ghost run's outputs; free blocks of their sizes are poisoned,
+        # and so is every uninitialized allocation made during the run (_poison_fresh)
         if launches:
             xg = _clone(inputs_a)
-            poison_free_memory(device, like=xg)
+            poison_free_memory(device, like=list(xg) + flat_a)
             STATE.ghost_tensors = {}
             _register_ghost_tensors(list(xg) + list(params))
             with watch(ghost=True):

@@ -534,7 +534,7 @@ class _Fallbacks:
     def _launching_functions(self) -> set[str]:
         """Local functions that (transitively, by name) launch or build a kernel."""
         prog = self.prog
-        launching = prog.handles | prog.factories
+        launching = prog.triton_kernels | prog.handles | prog.factories
         for _ in range(4):
             grew = False
             for name, fs in prog.funcs.items():
