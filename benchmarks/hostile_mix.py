@@ -73,7 +73,8 @@ def verify(rows: list[dict], device: str, workers: int | None, timeout: float,
                                   "seconds": round(res.seconds, 2),
                                   "error": (res.error or "")[:200] or None}
             print(f"{label} +{time.monotonic() - t0:6.1f}s {len(out):3d}/{len(rows)} "
-                  f"{rows[i]['id'][:48]:48s} {res.status}", file=sys.stderr, flush=True)
+                  f"{rows[i]['id'][:48]:48s} {res.status:20s} {res.speedup or 0:8.3f} "
+                  f"{','.join(res.reasons[:3])}", file=sys.stderr, flush=True)
     return out, time.monotonic() - t0
 
 
