@@ -629,6 +629,10 @@ def _judge_compare(s: _Session, task: dict) -> dict:
                                         s.runner.pristine(k, scale), ref_items, items)
         if s.precision.get("reduced_precision"):
             s.ctx.flag("reduced_precision", fatal=True)
+        elif s.precision.get("below_float32"):
+            # on the GPU a float32 reference and an honest candidate may differ in TF32 use
+            # (3 honest KernelBench candidates on the H200): a warning there, a failure on the CPU
+            s.ctx.flag("precision_below_reference", fatal=s.device == "cpu")
     del items
     return {"status": "ok", "ok": cmp.ok}
 
@@ -680,8 +684,8 @@ def precision_profile(mod, model, inputs: list, ref_out: list, cand_out: list) -
         err_cand = max(_relnorm(c, o) for (_, c), o in zip(pairs, o64))
         out["err_vs_float64"] = {"reference": err_ref, "candidate": err_cand}
         if err_cand > 5e-5 and err_cand > 20 * max(err_ref, 1e-8):
-            out["reduced_precision"] = (f"error against float64 {err_cand:.1e}, the float32 "
-                                        f"reference's {err_ref:.1e}")
+            out["below_float32"] = (f"error against float64 {err_cand:.1e}, the float32 "
+                                    f"reference's {err_ref:.1e}")
     except Exception as exc:  # noqa: BLE001 - float64-less ops, explicit dtypes, memory
         out["float64_skipped"] = f"{type(exc).__name__}: {exc}"[:200]
     return out
