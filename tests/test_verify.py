@@ -553,3 +553,35 @@ def test_a_worker_gives_device_memory_back_after_each_task(monkeypatch):
     assert "_recycle" not in harness.release_device_memory({"status": "ok"}, keep_gb=4.0)
     state["reserved"] = 100 << 20
     assert "_recycle" not in harness.release_device_memory({"status": "ok"})
+
+
+def test_honest_rows_get_the_same_status_beside_hostile_rows_as_alone(hostile_run, cache_dir):
+    """Containment: the crash, hang, flood, exit, out-of-memory and cheating rows of the mixed
+    run above change nothing for the honest rows, which verify alone the same way."""
+    mixed, _ = hostile_run
+    honest = [pair("triton_honest")]
+    with Verifier(device="cpu", workers=2, timeout=15, cache_dir=cache_dir, memory_gb=4,
+                  gates=False) as v:
+        solo = {honest[i]["id"]: r for i, r in v.verify(honest)}
+    assert solo["triton_honest"].status == "verified"
+    assert mixed["triton_honest"].status == solo["triton_honest"].status
+    assert mixed["triton_honest_last"].status == solo["triton_honest"].status
+
+
+def test_cpp_honest_rows_keep_their_speed_beside_a_reference_starver(tmp_path):
+    """A neighbour's threads that spin on the CPU (frozen while others are timed) neither change
+    an honest C++ row's verdict nor escape their own: `work_outside_call` without static gates."""
+    hostile = Path(__file__).parent / "fixtures" / "hostile"
+    ref = (hostile / "ref" / "swish_residual.py").read_text()
+    wide = (hostile / "ref" / "wide_swish.py").read_text()
+    rows = [{"id": "honest", "pytorch_code": ref, "backend": "cpp",
+             "kernel_code": (hostile / "cpp" / "honest_swish_add.py").read_text()},
+            {"id": "starver", "pytorch_code": wide, "backend": "cpp",
+             "kernel_code": (hostile / "cpp" / "starve_reference.py").read_text()}]
+    with Verifier(device="cpu", workers=2, timeout=60, cache_dir=tmp_path,
+                  static_gates=False) as v:
+        got = {rows[i]["id"]: r for i, r in v.verify(rows)}
+    assert got["honest"].status == "verified", got["honest"]
+    assert got["starver"].status == "deceptive", got["starver"]
+    assert "work_outside_call" in got["starver"].reasons or \
+        "timing_disagrees" in got["starver"].reasons
