@@ -2,7 +2,8 @@
 
 A spec is a path, a named data set (`@kernelbench`, see curate/sources/locate.py) or a Hub
 dataset id (`ScalingIntelligence/KernelBench`, or `hf://datasets/ORG/NAME`), downloaded once with
-huggingface_hub and read from its cache afterwards (also offline). A named set or Hub dataset that
+huggingface_hub and read from its cache afterwards (also offline). `@kernelbench` is the local
+copy where one is named, else the Hub dataset: a fresh clone decontaminates too. A named set or Hub dataset that
 cannot be read is not an error: the build goes on, says so loudly, and records that no
 decontamination against it was done (the dataset card states it). An explicit path that does
 not exist is bad input: a typo must not silently turn decontamination off.
@@ -34,11 +35,14 @@ class EvalSet:
 
 HUB_ID = re.compile(r"^(?:hf://datasets/)?([A-Za-z0-9][\w.-]*/[\w.-]+)$")
 HUB_FILES = ["*.parquet", "*.jsonl", "*.py", "*.json"]
+KERNELBENCH_HUB = "ScalingIntelligence/KernelBench"
 
 
 def resolve(spec: str) -> Path | None:
     """The path of an evaluation set; None for a named set or Hub dataset that cannot be read."""
     from ..sources.ingest import resolve_path
+    if spec == "@kernelbench":
+        return kernelbench()
     if spec.startswith("@"):
         try:
             path = resolve_path(spec)
@@ -54,6 +58,22 @@ def resolve(spec: str) -> Path | None:
     raise BadInput("no such evaluation set", path=str(path),
                    fix="point --against at a KernelBench folder or a table, a Hub dataset id "
                        "(ORG/NAME), or use @kernelbench")
+
+
+def kernelbench() -> Path | None:
+    """The local KernelBench copy where one is named, else the Hub's (cached once read).
+
+    A copy named in CURATE_KERNELBENCH that does not exist is not replaced by the Hub's: the
+    user asked for that copy, so the build says loudly that it was not found."""
+    from ..sources.locate import KERNELBENCH_ENV, kernelbench_path
+    local = kernelbench_path()
+    if local is not None:
+        if not local.exists():
+            log.warning("%s=%s does not exist", KERNELBENCH_ENV, local)
+        return local if local.exists() else None
+    log.info("@kernelbench: no local copy (%s unset, no shared/data/kernelbench beside the "
+             "repository): reading %s from the Hub", KERNELBENCH_ENV, KERNELBENCH_HUB)
+    return hub_snapshot(KERNELBENCH_HUB)
 
 
 def hub_snapshot(repo_id: str) -> Path | None:

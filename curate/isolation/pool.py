@@ -23,6 +23,7 @@ from typing import Any, Iterable, Iterator
 
 from . import confine
 from .freeze import Freezer
+from .sandbox import chown_tree, kill_uid
 from .zygote import Zygote
 from .protocol import ProtocolError, recv, send
 
@@ -197,6 +198,8 @@ class _Slot:
         self._out = bytearray()
         self._out_total = 0
         self._lock = threading.Lock()
+        self.session_env: dict[str, str] = {}   # this session's own settings (its row's caches)
+        self.uid = pool.uid_base + index if pool.uid_base is not None else None
 
     @property
     def pid(self) -> int | None:
@@ -209,8 +212,19 @@ class _Slot:
         (self.scratch / "tmp").mkdir()
         env = scrubbed_env({"HOME": str(self.scratch), "TMPDIR": str(self.scratch / "tmp"),
                             "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
-                            **p.env_extra})
+                            **p.env_extra, **self.session_env})
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PKG_ROOT, env.get("PYTHONPATH")]))
+        if self.uid is not None:
+            # the worker's own uid owns its scratch and its row's cache folders, nothing else;
+            # the folders above them it may only pass through
+            for d in (p.scratch_root,):
+                if d:
+                    os.chmod(d, os.stat(d).st_mode | 0o111)
+            for var in CACHE_DIR_VARS:
+                if env.get(var):
+                    os.makedirs(env[var], exist_ok=True)
+                    chown_tree(env[var], self.uid)
+            chown_tree(str(self.scratch), self.uid)
         plan = confine.plan(str(self.scratch), env, tuple(p.limits.writable),
                             hide_home=p.limits.hide_home) if p.limits.confine else None
         if p.fork_server is not None:
@@ -218,7 +232,7 @@ class _Slot:
             self.proc, self.task_w, self.res_r = zyg.spawn(
                 cwd=str(self.scratch), env=env, handler=p.handler, setup=p.setup,
                 limits=_limits_dict(p.limits),
-                confine=dataclasses.asdict(plan) if plan is not None else None)
+                confine=dataclasses.asdict(plan) if plan is not None else None, uid=self.uid)
         else:
             task_r, task_w = os.pipe()
             res_r, res_w = os.pipe()
@@ -304,6 +318,8 @@ class _Slot:
         if self.pool.freezer is not None:
             self.pool.freezer.discard(self.proc.pid)
         self._killpg(self.proc)
+        if self.uid is not None:
+            kill_uid(self.uid)  # whatever it started, in any session: daemons included
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -381,6 +397,7 @@ class _Slot:
 
 
 _PKG_ROOT = str(Path(__file__).resolve().parents[2])
+CACHE_DIR_VARS = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TORCH_EXTENSIONS_DIR")
 
 
 class HeldWorker:
@@ -423,13 +440,17 @@ class WorkerPool:
                  env: dict[str, str] | None = None, limits: Limits = Limits(),
                  scratch_root: str | None = None, keep_scratch: bool = False,
                  max_tasks_per_worker: int | None = None, fresh: bool = False,
-                 fork_server: list[str] | None = None, freezer: Freezer | None = None):
+                 fork_server: list[str] | None = None, freezer: Freezer | None = None,
+                 sandbox: list[str] | None = None, uid_base: int | None = None):
         self.handler, self.setup = handler, setup
         self.workers, self.timeout, self.setup_timeout = max(1, workers), timeout, setup_timeout
         self.env_extra = dict(env or {})
         self.limits, self.scratch_root, self.keep_scratch = limits, scratch_root, keep_scratch
         self.max_tasks_per_worker = max_tasks_per_worker
         self.fresh, self.fork_server, self.freezer = fresh, fork_server, freezer
+        # `sandbox`: a command prefix (bubblewrap) the fork server runs under; `uid_base`: the
+        # uid of slot 0 (slot i gets uid_base + i), None to keep the parent's
+        self.sandbox, self.uid_base = sandbox, uid_base
         self.slots = [_Slot(self, i) for i in range(self.workers)]
         self.replaced = 0   # workers that died, hung or flooded
         self.recycled = 0   # workers replaced on purpose (asked to be, or max_tasks_per_worker)
@@ -463,7 +484,7 @@ class WorkerPool:
                                                                   env.get("PYTHONPATH")]))
                 self._zygote = Zygote(self.fork_server or [], env, root,
                                       preexec=_net_only(self.limits),
-                                      start_timeout=self.setup_timeout)
+                                      start_timeout=self.setup_timeout, wrap=self.sandbox)
             return self._zygote
 
     def call(self, task: Any, timeout: float | None = None) -> TaskResult:
@@ -492,10 +513,12 @@ class WorkerPool:
         return res
 
     @contextlib.contextmanager
-    def hold(self) -> Iterator["HeldWorker"]:
+    def hold(self, env: dict[str, str] | None = None) -> Iterator["HeldWorker"]:
         """One worker kept for a sequence of tasks (e.g. while another process reads what it
-        handed out); replaced, if it asked to be (or the pool is `fresh`), when the hold ends."""
+        handed out); replaced, if it asked to be (or the pool is `fresh`), when the hold ends.
+        `env`: settings of this session alone (a fresh pool's worker starts with them)."""
         slot = self._free.get()
+        slot.session_env = dict(env or {})
         try:
             yield HeldWorker(self, slot)
         finally:
@@ -503,6 +526,7 @@ class WorkerPool:
                 slot.kill()
             else:
                 slot.kill_if_pending()
+            slot.session_env = {}
             self._free.put(slot)
 
     def map(self, tasks: Iterable[Any], timeouts: Iterable[float] | None = None

@@ -55,6 +55,11 @@ def _child(req: dict, fds: list[int], ctrl: socket.socket) -> None:
         os.dup2(out_w, 1)
         os.dup2(out_w, 2)
         os.close(out_w)
+        uid = req.get("uid")
+        if uid is not None:  # a uid of its own: siblings cannot signal or ptrace it
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
@@ -115,6 +120,30 @@ def main(argv: list[str]) -> int:
         ctrl.send(json.dumps({"pid": pid}).encode())
 
 
+def _host_pid(uid: int, timeout: float = 10.0) -> int:
+    """The pid, in this (the parent's) namespace, of the one process of `uid` (a fresh worker
+    in a sandbox's PID namespace, whose own pid means nothing here)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/status") as fh:
+                        for line in fh:
+                            if line.startswith("Uid:"):
+                                if int(line.split()[1]) == uid:
+                                    found.append(int(entry))
+                                break
+                except (OSError, ValueError):
+                    continue
+        if found:
+            return min(found)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no process of uid {uid} after the fork")
+        time.sleep(0.005)
+
+
 # -- parent side --------------------------------------------------------------------------------
 class ForkedChild:
     """A `subprocess.Popen`-like handle on a child of the fork server (which reaps it and
@@ -126,7 +155,7 @@ class ForkedChild:
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            self.returncode = self.server.exit_code(self.pid)
+            self.returncode = self.server.exit_code(getattr(self, "ns_pid", self.pid))
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -144,11 +173,12 @@ class Zygote:
     `spawn()` forks one child."""
 
     def __init__(self, preload: list[str], env: dict[str, str], cwd: str, preexec=None,
-                 start_timeout: float = 300.0):
+                 start_timeout: float = 300.0, wrap: list[str] | None = None):
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = parent
-        cmd = [sys.executable, "-m", "curate.isolation.zygote", str(child.fileno()),
-               ",".join(preload)]
+        self.wrapped = bool(wrap)  # in a PID namespace: children's pids are the server's own
+        cmd = list(wrap or []) + [sys.executable, "-m", "curate.isolation.zygote",
+                                  str(child.fileno()), ",".join(preload)]
         self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      pass_fds=(child.fileno(),), start_new_session=True,
@@ -197,13 +227,14 @@ class Zygote:
         return not self.closed and self.proc.poll() is None
 
     def spawn(self, *, cwd: str, env: dict[str, str], handler: str, setup: str | None,
-              limits: dict, confine: dict | None, timeout: float = 30.0) -> tuple[ForkedChild, int, int]:
+              limits: dict, confine: dict | None, uid: int | None = None,
+              timeout: float = 30.0) -> tuple[ForkedChild, int, int]:
         """Fork a worker; returns (child, task_w, res_r), the parent's ends of its pipes."""
         task_r, task_w = os.pipe()
         res_r, res_w = os.pipe()
         out_r, out_w = os.pipe()
         req = {"op": "fork", "cwd": cwd, "env": env, "handler": handler, "setup": setup,
-               "limits": limits, "confine": confine}
+               "limits": limits, "confine": confine, "uid": uid}
         try:
             with self._spawn_lock:
                 socket.send_fds(self.sock, [json.dumps(req).encode()], [task_r, res_w, out_w])
@@ -219,7 +250,11 @@ class Zygote:
             for fd in (task_w, res_r, out_r):
                 os.close(fd)
             raise RuntimeError(f"fork server refused: {reply!r}")
-        return ForkedChild(self, int(reply["pid"]), os.fdopen(out_r, "rb", buffering=0)), task_w, res_r
+        ns_pid = int(reply["pid"])
+        host_pid = ns_pid if not self.wrapped or uid is None else _host_pid(uid)
+        child = ForkedChild(self, host_pid, os.fdopen(out_r, "rb", buffering=0))
+        child.ns_pid = ns_pid
+        return child, task_w, res_r
 
     def _reply(self, timeout: float) -> dict | None:
         deadline = time.monotonic() + timeout

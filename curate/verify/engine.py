@@ -27,6 +27,7 @@ from typing import Iterable, Iterator
 
 from ..isolation import Limits, TaskResult, WorkerPool
 from ..isolation.freeze import Freezer, cpu_seconds
+from ..isolation.sandbox import UID_BASE, bwrap_argv, probe as sandbox_probe
 from ..record import row_key
 from .hooks import CheckContext, load_checks, run_hook
 from .timing import speedup_ci
@@ -64,6 +65,10 @@ TIMING_SLACK = {"cpu": (1.5, 0.05), "cuda": (2.0, 0.25)}
 IDLE_CPU = (0.005, 0.05)     # a candidate idle while the reference runs: < 5 ms or 5% of it
 
 
+class SandboxUnavailable(RuntimeError):
+    """`--sandbox strict` on a machine where no sandbox can be set up."""
+
+
 @dataclass
 class VerifyResult:
     """The columns verify writes for one row (plus a few figures for benchmarks)."""
@@ -82,6 +87,7 @@ class VerifyResult:
     torch_version: str | None = None
     triton_version: str | None = None
     cuda_version: str | None = None
+    sandbox: str | None = None
     error: str | None = None
     # not columns: what the run cost
     seconds: float = 0.0
@@ -91,7 +97,7 @@ class VerifyResult:
 
     COLUMNS = ("status", "correct", "max_abs_err", "max_rel_err", "speedup", "speedup_ci_low",
                "speedup_ci_high", "ref_ms", "kernel_ms", "gpu", "torch_version",
-               "triton_version", "cuda_version", "error")
+               "triton_version", "cuda_version", "sandbox", "error")
 
     def columns(self) -> dict:
         d = {k: getattr(self, k) for k in self.COLUMNS}
@@ -147,7 +153,8 @@ class Verifier:
                  cache_dir: str | os.PathLike | None = None, memory_gb: float | None = None,
                  compile_ahead: bool = True, output_bytes: int = 8 * 2**20, gates: bool = True,
                  confine: bool | None = None, transport: str = "auto",
-                 keep_idle_gb: float | None = 1.0, static_gates: bool = True):
+                 keep_idle_gb: float | None = 1.0, static_gates: bool = True,
+                 sandbox: str = "auto"):
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be cpu or cuda, not {device!r}")
         cpus = os.cpu_count() or 2
@@ -190,6 +197,11 @@ class Verifier:
         self.confine = confine  # None: Landlock where a probe says CUDA works under it
         self.confined: bool | None = None  # what start() decided
         self.confine_probe: str | None = None
+        if sandbox not in ("auto", "strict", "off"):
+            raise ValueError(f"sandbox must be auto, strict or off, not {sandbox!r}")
+        self.sandbox_mode = sandbox
+        self.sandbox: str | None = None        # what start() set up, recorded on every row
+        self.sandbox_probe: str | None = None
         self.compile_timeout = max(self.timeout, 300.0)
         self.pools: dict[str, WorkerPool] = {}
         self.tmp: Path | None = None
@@ -214,12 +226,10 @@ class Verifier:
         if self.pools:
             return
         self.tmp = Path(tempfile.mkdtemp(prefix="curate-verify-"))
-        os.chmod(self.tmp, 0o700)
+        os.chmod(self.tmp, 0o711)  # workers of their own uids pass through to their scratch
         (self.cache_dir / "ext").mkdir(parents=True, exist_ok=True)
-        env = {"CURATE_VERIFY_DEVICE": self.device,
-               "TORCHINDUCTOR_CACHE_DIR": str(self.cache_dir / "inductor"),
-               "TRITON_CACHE_DIR": str(self.cache_dir / "triton"),
-               "MAX_JOBS": "2"}
+        # compile caches are per row's code (_row_cache): no row writes where another reads
+        env = {"CURATE_VERIFY_DEVICE": self.device, "MAX_JOBS": "2"}
         if self.device == "cpu":
             env.update({"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""})
         scratch = str(self.tmp / "scratch")
@@ -229,30 +239,36 @@ class Verifier:
             # Outputs of KernelBench problems reach 8 GiB: a smaller file-size limit made
             # torch.save fail ("unexpected pos") on the H200 run.
             return Limits(memory_gb=self.memory_gb, output_bytes=self.output_bytes,
-                          file_size_gb=OUTPUT_FILE_LIMIT_GB, confine=confine,
-                          writable=(str(self.cache_dir),))
+                          file_size_gb=OUTPUT_FILE_LIMIT_GB, confine=confine)
         # Landlock where the kernel has it: writes only to the worker's scratch, this run's
         # job directories and the compile cache; no TCP; home directories unreadable. On the
         # GPU only where a confined worker can run CUDA and Triton (a probe decides: on the
         # H200 machine of 2026-11 a confined worker failed cudaGetDeviceCount with error 304).
+        wrap = self._decide_sandbox(env, limits_for(False), scratch)
         if self.confine is not None:
-            confine = self.confine
+            confine = self.confine and self.sandbox_mode != "off"
+        elif self.sandbox_mode == "off":
+            confine = False
         elif self.device == "cpu":
             confine = True
         else:
-            confine = self._probe_confined(env, limits_for(True), scratch)
+            confine = self._probe_confined(env, limits_for(True), scratch, wrap)
         self.confined = confine
+        self.sandbox = "+".join([*(["bwrap+uid"] if wrap else []),
+                                 *(["landlock"] if confine else [])]) or "none"
         limits = limits_for(confine)
+        log.info("verify: workers run under %s", self.sandbox)
 
-        def pool(n):
+        def pool(n, uid_offset):
             # fresh: no process that ran a row's code serves another row; forked from a server
             # that imported torch and the harness once (tens of ms instead of seconds)
             return WorkerPool(HANDLER, setup=SETUP, workers=n, timeout=self.timeout, env=env,
                               limits=limits, scratch_root=scratch, fresh=True,
-                              fork_server=PRELOAD, freezer=self.freezer)
-        self.pools = {"judge": pool(self.workers), "candidate": pool(self.workers)}
+                              fork_server=PRELOAD, freezer=self.freezer, sandbox=wrap,
+                              uid_base=UID_BASE + uid_offset if wrap else None)
+        self.pools = {"judge": pool(self.workers, 0), "candidate": pool(self.workers, 256)}
         if self.compile_ahead:
-            self.pools["compile"] = pool(self.compile_workers)
+            self.pools["compile"] = pool(self.compile_workers, 512)
         for p in list(self.pools.values())[1:]:
             p.share_server(self.pools["judge"])
         self._parent_checks = load_checks("parent") if self.gates else []
@@ -267,7 +283,41 @@ class Verifier:
         self._watchdog.start()
         log.info("verify: outputs reach the judge by %s", self.transport)
 
-    def _probe_confined(self, env: dict, limits: Limits, scratch: str) -> bool:
+    def _decide_sandbox(self, env: dict, limits: Limits, scratch: str) -> list[str] | None:
+        """bubblewrap around the workers where it runs here (and, on the GPU, where a worker
+        under it can run CUDA and a Triton kernel); `strict` refuses to go on without it."""
+        if self.sandbox_mode == "off":
+            self.sandbox_probe = "off"
+            return None
+        why = sandbox_probe(self.device)
+        wrap = None if why else bwrap_argv([scratch, str(self.cache_dir)], self.device)
+        if wrap is not None and self.device == "cuda":
+            ok, why = self._probe_worker(env, limits, scratch, wrap)
+            wrap = wrap if ok else None
+        self.sandbox_probe = why or "ok"
+        if wrap is None:
+            if self.sandbox_mode == "strict":
+                raise SandboxUnavailable(f"verify --sandbox strict: no sandbox here ({why})")
+            log.warning("verify: NO SANDBOX: candidates run with the parent's uid and file "
+                        "system view (%s); every row records it", why)
+        return wrap
+
+    def _probe_worker(self, env: dict, limits: Limits, scratch: str, wrap: list[str] | None
+                      ) -> tuple[bool, str | None]:
+        """A worker under `wrap` and `limits` initializes CUDA and launches a Triton kernel."""
+        pool = WorkerPool(HANDLER, setup=SETUP, workers=1, timeout=180, env=env, limits=limits,
+                          scratch_root=scratch, setup_timeout=180, fresh=True,
+                          fork_server=PRELOAD, sandbox=wrap,
+                          uid_base=UID_BASE + 768 if wrap else None)
+        try:
+            res = pool.call({"role": "probe_cuda", "device": self.device}, 180)
+        finally:
+            pool.close()
+        ok = res.ok and isinstance(res.value, dict) and res.value.get("status") == "ok"
+        return ok, None if ok else (res.error or res.output or res.status)[-300:]
+
+    def _probe_confined(self, env: dict, limits: Limits, scratch: str,
+                        wrap: list[str] | None = None) -> bool:
         """Can a Landlock-confined worker initialize CUDA and launch a Triton kernel here?"""
         from ..isolation import confine as landlock
         if not landlock.supported():
@@ -275,7 +325,8 @@ class Verifier:
             return False
         pool = WorkerPool(HANDLER, setup=SETUP, workers=1, timeout=180, env=env, limits=limits,
                           scratch_root=scratch, setup_timeout=180, fresh=True,
-                          fork_server=PRELOAD)
+                          fork_server=PRELOAD, sandbox=wrap,
+                          uid_base=UID_BASE + 769 if wrap else None)
         try:
             res = pool.call({"role": "probe_cuda", "device": self.device}, 180)
         finally:
@@ -382,6 +433,7 @@ class Verifier:
             res = VerifyResult(status="runtime_error", reasons=["harness_error"],
                                error=f"{type(exc).__name__}: {exc}")
         res.seconds = time.monotonic() - t0
+        res.sandbox = self.sandbox
         self._phases.pop(threading.get_ident(), None)
         self._last_done = time.monotonic()
         for k, v in self._env_info.items():
@@ -396,7 +448,7 @@ class Verifier:
         first launch) runs only once device memory for it is reserved: the same worker first
         reports the reference's sizes from meta tensors, then warms up under the memory gate."""
         pool = self.pools["compile"]
-        with pool.hold() as w:
+        with pool.hold(env=self._row_cache(row)) as w:
             self._phase("compiling")
             sized = w.call(self._task(row, "compile", size=warm), self.compile_timeout)
             if not warm or not (sized.ok and isinstance(sized.value, dict)
@@ -415,6 +467,18 @@ class Verifier:
             res.value["seconds"] = (res.value.get("seconds") or 0.0) + (
                 sized.value.get("seconds") or 0.0)
         return res
+
+    def _code_hash(self, row: dict) -> str:
+        return hashlib.sha256(f"{row.get('kernel_code') or ''}\0{self.device}".encode()
+                              ).hexdigest()[:20]
+
+    def _row_cache(self, row: dict) -> dict[str, str]:
+        """Compile caches of this row's code alone (content-addressed): its compile and
+        candidate workers may write there, and no other row's worker reads it."""
+        h = self._code_hash(row)
+        return {"TRITON_CACHE_DIR": str(self.cache_dir / "triton" / h),
+                "TORCHINDUCTOR_CACHE_DIR": str(self.cache_dir / "inductor" / h),
+                "TORCH_EXTENSIONS_DIR": str(self.cache_dir / "ext" / h)}
 
     def _task(self, row: dict, role: str, **extra) -> dict:
         key = row_key(row)
@@ -456,7 +520,8 @@ class Verifier:
         self._phase("waiting for device memory")
         self._memory.acquire(need_gb)
         try:
-            with self.pools["candidate"].hold() as cw, self.pools["judge"].hold() as jw:
+            with self.pools["candidate"].hold(env=self._row_cache(row)) as cw, \
+                    self.pools["judge"].hold() as jw:
                 self._pair(row, backend, cw, jw, ctx, res)
         finally:
             self._memory.release(need_gb)
