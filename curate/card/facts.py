@@ -22,6 +22,7 @@ import yaml
 from .. import __version__
 from ..errors import BadInput
 from ..hub.shards import list_shards
+from . import reasons
 
 # Columns the card summarizes; shards may lack some (older builds, other pipelines).
 SUMMARY_COLUMNS = ["source", "backend", "speedup", "speedup_ci_low", "speedup_ci_high", "license",
@@ -78,9 +79,12 @@ class Facts:
     infill_config: dict | None
     rejected_total: int
     rejected_reasons: list[dict]   # (stage, reason, rows) over rejected.parquet's `reasons` lists
+    dropped_by: list[dict]         # (stage, reason, rows): each dropped row once
     decontamination: dict
     fingerprint: str
     splits_settings: dict | None = None  # splits.json: how the validation split was drawn
+    machine: dict | None = None          # machine.json: the build machine's processor
+    cpp_build: dict | None = None        # how the C++ kernels are compiled (from kernel_code)
     curate_version: str = __version__
 
     # -- derived numbers the template uses -------------------------------------------------
@@ -168,15 +172,45 @@ class Facts:
         return sorted(out, key=lambda r: (-r["count"], r["stage"] or "", r["reason"]))
 
     def caught(self) -> list[dict]:
-        """Reasons on dropped rows that failed verification (not the keep filter's own echo)."""
+        """Failing reasons on dropped rows that failed verification (not the keep filter's own
+        echo, not the warnings such rows may carry too)."""
         skip = ("status:", "below_threshold", "speed_not_measured")
         return [r for r in self.rejected_reasons
-                if r["status"] not in ("-", "verified") and not r["reason"].startswith(skip)]
+                if r["status"] not in ("-", "verified") and not r["reason"].startswith(skip)
+                and (reasons.lookup(r["reason"]) or ("fail",))[0] != reasons.WARN]
+
+    def drop_labels(self) -> list[dict]:
+        """(stage, reason, count) with each dropped row counted once, largest first."""
+        return self.dropped_by
 
     def kept_warnings(self) -> list[tuple[str, int]]:
         """Reasons carried by kept rows: warnings that did not fail them."""
         c = Counter(r for rs in self.rows.get("reasons") or [] for r in rs or [])
         return c.most_common()
+
+    @property
+    def gpu_kernels(self) -> bool:
+        return any(b in ("cuda", "triton") for b, _ in self.backends)
+
+    def processor(self) -> str | None:
+        """The build machine's CPU, as the card names it: "AMD EPYC 7763 (2 cores)"."""
+        m = self.machine or {}
+        if not m.get("processor"):
+            return None
+        cores = m.get("cores")
+        return f"{m['processor']} ({cores} core{'s' if cores != 1 else ''})" if cores else \
+            m["processor"]
+
+    def where(self) -> str:
+        """Where the kept rows were measured: the GPU(s), or the build machine's CPU."""
+        gpus = [g for g, _ in self.counter("gpu") if g != "(none)"]
+        if len(gpus) == 1:
+            return gpus[0]
+        if gpus:
+            return f"{len(gpus)} device types"
+        if self.device == "cpu":
+            return f"the CPU {self.processor()}" if self.processor() else "the CPU"
+        return f"device {self.device}"
 
     def licenses(self) -> list[tuple[str, int]]:
         return self.counter("license")
@@ -346,7 +380,7 @@ def decontamination(stats: dict, pipeline: dict, steps: list[tuple[str, dict]]) 
         against = [against]
     out = {"done": False, "against": [], "dropped": 0, "configured": bool(against),
            "requested": [str(a) for a in against], "missing": [], "negative": [],
-           "problems": None, "evidence": []}
+           "problems": None, "evidence": [], "origin": {}}
     dropped = 0
     for s in stats.get("stages") or []:
         for reason, n in (s.get("reasons") or {}).items():
@@ -360,6 +394,8 @@ def decontamination(stats: dict, pipeline: dict, steps: list[tuple[str, dict]]) 
         done_against = report.get("decontaminated_against") or {}
         out["against"] = list(done_against) if isinstance(done_against, dict) else \
             [str(a) for a in done_against]
+        out["origin"] = {spec: _origin(str(path)) for spec, path in (
+            done_against.items() if isinstance(done_against, dict) else [])}
         out["missing"] = [str(m) for m in report.get("evalsets_missing") or []]
         out["done"] = bool(report.get("decontaminated")) and bool(out["against"])
         out["problems"] = report.get("evalset_problems")
@@ -378,6 +414,95 @@ def decontamination(stats: dict, pipeline: dict, steps: list[tuple[str, dict]]) 
     out["negative"] = [t for _, t in negative]
     out["evidence"] = [f"{w}: {t}" for w, t in evidence][:10]
     return out
+
+
+# -- the build machine and the C++ build --------------------------------------------------
+
+MACHINE = "machine.json"
+
+
+def host() -> dict:
+    """This machine's processor (model name, cores usable by the build), OS and architecture."""
+    import os
+    import platform
+    name = None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model", "Hardware", "cpu model") and value.strip():
+                name = value.strip()
+                break
+    except OSError:
+        pass
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count()
+    return {"processor": name or platform.processor() or platform.machine() or None,
+            "cores": cores, "arch": platform.machine(), "system": platform.system()}
+
+
+def record_machine(build: Path) -> dict:
+    """machine.json: the processor of the machine that ran the build.
+
+    `curate build` renders the card right after it writes stats.json, on the build machine; the
+    first render of a new stats.json records this host, later renders keep what was recorded."""
+    stats = build / "stats.json"
+    if not stats.is_file():  # not a build (yet): nothing to bind a machine to
+        return {}
+    digest = hashlib.sha256(stats.read_bytes()).hexdigest()
+    path = build / MACHINE
+    old = _read_json(path)
+    if old and old.get("stats_sha256") == digest:
+        return old
+    data = {**host(), "stats_sha256": digest}
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return data
+
+
+_BUILD_RE = re.compile(r"^_BUILD = (\{.*\})$", re.M)
+# Flags that make the compiler target the processor it runs on (or a given one)
+_MACHINE_FLAGS = re.compile(r"^-m(arch|tune|cpu)=|^-m(avx|sse|fma|f16c|amx|neon|sve)")
+
+
+def cpp_build(build: Path) -> dict | None:
+    """How the kept C++ kernels are compiled: the `_BUILD` dict curate writes into each
+    `backend=cpp` program (compiler, defines, flags), merged over the rows."""
+    flags: list[str] = []
+    defines: list[str] = []
+    compilers: Counter = Counter()
+    rows = 0
+    for p in [p for ps in list_shards(build / "data").values() for p in ps]:
+        if not {"backend", "kernel_code"} <= set(pq.read_schema(p).names):
+            continue
+        t = pq.read_table(p, columns=["backend", "kernel_code"]).to_pydict()
+        for backend, code in zip(t["backend"], t["kernel_code"]):
+            m = _BUILD_RE.search(code or "") if backend == "cpp" else None
+            if m is None:
+                continue
+            import ast
+            try:
+                b = ast.literal_eval(m.group(1))
+            except (ValueError, SyntaxError):
+                continue
+            rows += 1
+            compilers[str(b.get("compiler"))] += 1
+            flags += [f for f in b.get("flags") or [] if f not in flags]
+            defines += [d for d in b.get("defines") or [] if d not in defines]
+    if not rows:
+        return None
+    return {"rows": rows, "compilers": [c for c, _ in compilers.most_common()], "flags": flags,
+            "defines": defines, "machine_flags": [f for f in flags if _MACHINE_FLAGS.search(f)],
+            "isa": [d for d in defines if d.startswith("CPU_CAPABILITY")]}
+
+
+_HUB_CACHE = re.compile(r"datasets--(?P<org>[^/]+?)--(?P<name>[^/]+)/snapshots/(?P<rev>[0-9a-f]+)")
+
+
+def _origin(path: str) -> str | None:
+    """"the Hub dataset ORG/NAME at revision R" for an evaluation set read from the Hub cache."""
+    m = _HUB_CACHE.search(path)
+    return f"the Hub dataset {m['org']}/{m['name']} (revision {m['rev'][:12]})" if m else None
 
 
 # -- loading --------------------------------------------------------------------------------
@@ -409,6 +534,23 @@ def _rejected_reasons(path: Path) -> list[dict]:
                 c[(stage or "?", status or "-", r)] += 1
     return [{"stage": s, "status": st, "reason": r, "count": n}
             for (s, st, r), n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def _dropped_by(path: Path, stage_reasons: dict[str, set]) -> list[dict]:
+    """Each dropped row once: by its stage and the last reason that stage gave it (reasons of
+    earlier stages, e.g. verify's warnings on a row keep drops, are not why it was dropped)."""
+    names = set(pq.read_schema(path).names)
+    c: Counter = Counter()
+    for batch in pq.ParquetFile(path).iter_batches(
+            columns=[n for n in ("stage", "reasons") if n in names], batch_size=4096):
+        d, n = batch.to_pydict(), batch.num_rows
+        for stage, rs in zip(d.get("stage") or [None] * n, d.get("reasons") or [None] * n):
+            stage, rs = stage or "?", rs or []
+            own = [r for r in rs if r in stage_reasons.get(stage, ())] or rs or ["(none)"]
+            reason = own[-1]
+            c[(stage, "contaminated:*" if reason.startswith("contaminated:") else reason)] += 1
+    return [{"stage": s, "reason": r, "count": n}
+            for (s, r), n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
 def fingerprint(build: Path, repo_id: str | None) -> str:
@@ -446,15 +588,31 @@ def gather(build_dir: str | Path, *, repo_id: str | None = None,
         rejected_total = pq.ParquetFile(rejected).metadata.num_rows if rejected.is_file() else 0
     infill_cfg = _read_json(build / "infill" / "config.json") or None
     rejected_reasons = _rejected_reasons(rejected) if rejected.is_file() else []
-    name = pretty_name or (f"{repo_id.split('/')[-1]}" if repo_id else None) or \
-        f"curate {stats.get('pipeline') or pipeline.get('name') or 'build'}"
+    stage_reasons = {s.get("name"): set(s.get("reasons") or {}) for s in stats.get("stages") or []}
+    dropped_by = _dropped_by(rejected, stage_reasons) if rejected.is_file() else []
+    rows = _columns(build, "data")
+    name = pretty_name or (repo_id.split("/")[-1] if repo_id else None) or \
+        _title(stats.get("pipeline") or pipeline.get("name"), rows)
     facts = Facts(build_dir=build, repo_id=repo_id, pretty_name=name, stats=stats,
                   pipeline=pipeline, pipeline_text=pipeline_text, configs=configs,
-                  rows=_columns(build, "data"),
+                  rows=rows,
                   infill_rows=_columns(build, "infill") if len(configs) > 1 else {},
                   infill_config=infill_cfg, rejected_total=int(rejected_total),
-                  rejected_reasons=rejected_reasons,
+                  rejected_reasons=rejected_reasons, dropped_by=dropped_by,
                   decontamination={}, fingerprint=fingerprint(build, repo_id))
     facts.decontamination = decontamination(stats, pipeline, facts.steps())
     facts.splits_settings = _read_json(build / "splits.json") or None
+    facts.machine = _read_json(build / MACHINE) or None
+    facts.cpp_build = cpp_build(build)
     return facts
+
+
+BACKEND_NAMES = {"cpp": "C++", "cuda": "CUDA", "triton": "Triton"}
+
+
+def _title(pipeline: str | None, rows: dict) -> str:
+    """A card title when no repo or name is given: what the pairs are, and the pipeline."""
+    kinds = [BACKEND_NAMES.get(b, b) for b, _ in Counter(
+        b for b in rows.get("backend") or [] if b).most_common()]
+    what = f"{' / '.join(kinds)} kernel pairs" if kinds else "PyTorch programs"
+    return f"{what} from the {pipeline} pipeline" if pipeline else what

@@ -1,8 +1,12 @@
-"""The card's figures (PNG, matplotlib Agg): speedup histogram, per-source table, rejections."""
+"""The card's figures (PNG, matplotlib Agg): speedup histogram and rejections.
+
+Labels are wrapped, never cut, and the bars of a panel add up to the count its title states.
+"""
 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import matplotlib
@@ -14,10 +18,6 @@ from .facts import Facts  # noqa: E402
 
 BACKEND_COLORS = {"cuda": "#76b900", "triton": "#1f77b4", "cpp": "#ff7f0e"}
 DPI = 110
-
-
-def _fmt(v: float | None, spec: str = ".2f", suffix: str = "x") -> str:
-    return "-" if v is None else f"{v:{spec}}{suffix}"
 
 
 def speedup_histogram(facts: Facts, path: Path) -> Path:
@@ -70,65 +70,31 @@ def speedup_histogram(facts: Facts, path: Path) -> Path:
         ax.grid(axis="y", alpha=0.3)
         for s in ("top", "right"):
             ax.spines[s].set_visible(False)
-    where = _where(facts)
-    ax.set_title(f"Speedup of the {facts.kept} kept pairs{where}", fontsize=11)
+    n = len(values)
+    what = f"the {n} kept pairs" if n == facts.kept else \
+        f"the {n} kept pairs with a measured speedup (of {facts.kept})"
+    ax.set_title(_wrap(f"Speedup of {what} on {facts.where()}", 80), fontsize=11)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
     return path
 
 
-def _where(facts: Facts) -> str:
-    gpus = [g for g, _ in facts.counter("gpu") if g != "(none)"]
-    if len(gpus) == 1:
-        return f" on {gpus[0]}"
-    if gpus:
-        return f" on {len(gpus)} device types"
-    return " on the CPU" if facts.device == "cpu" else f" (device: {facts.device})"
-
-
-def per_source_table(facts: Facts, path: Path) -> Path:
-    """The per-source table as an image: pairs, share, backends, speedup quantiles."""
-    rows = facts.per_source()
-    header = ["source", "pairs", "share", "backends", "measured", "p10", "median", "p90", "max"]
-    cells = [[r["source"], str(r["pairs"]), f"{r['share']:.0%}", r["backends"], str(r["measured"]),
-              _fmt(r["p10"]), _fmt(r["median"]), _fmt(r["p90"]), _fmt(r["max"])] for r in rows]
-    total_sp = facts.speedup_summary()
-    cells.append(["all", str(facts.kept), "100%", ", ".join(f"{b} {n}" for b, n in
-                                                            facts.counter("backend")),
-                  str(total_sp["n"] if total_sp else 0),
-                  _fmt(total_sp and total_sp["p10"]), _fmt(total_sp and total_sp["median"]),
-                  _fmt(total_sp and total_sp["p90"]), _fmt(total_sp and total_sp["max"])])
-    height = max(1.8, 0.45 + 0.3 * (len(cells) + 1))
-    fig, ax = plt.subplots(figsize=(9, height), dpi=DPI)
-    ax.set_axis_off()
-    table = ax.table(cellText=cells, colLabels=header, loc="center", cellLoc="right",
-                     colLoc="right")
-    table.auto_set_font_size(False)
-    table.set_fontsize(9)
-    table.auto_set_column_width(list(range(len(header))))
-    table.scale(1, 1.3)
-    for (r, c), cell in table.get_celld().items():
-        cell.set_edgecolor("#dddddd")
-        if c in (0, 3):
-            cell.get_text().set_horizontalalignment("left")
-        if r == 0:
-            cell.set_facecolor("#f0f0f0")
-            cell.get_text().set_fontweight("bold")
-        elif r == len(cells):
-            cell.get_text().set_fontweight("bold")
-    ax.set_title("Kept pairs per source (speedup quantiles over measured pairs)", fontsize=11,
-                 pad=6)
-    fig.tight_layout()
-    fig.savefig(path, bbox_inches="tight")
-    plt.close(fig)
-    return path
+def _wrap(label: str, width: int = 44) -> str:
+    """Break a long label into lines after separators (space : . / _), never dropping text."""
+    lines, line = [], ""
+    for piece in re.findall(r"[^ :./_]+[ :./_]?|[ :./_]", label):
+        if line and len(line) + len(piece) > width:
+            lines.append(line.rstrip())
+            line = ""
+        line += piece
+    return "\n".join(lines + [line.rstrip()] if line else lines)
 
 
 def _bars(ax, labels: list[str], counts: list[int], color: str, rows: int) -> None:
     """Horizontal bars, largest on top, one slot per row of the tallest panel (even bar size)."""
     ys = [rows - 1 - i for i in range(len(labels))]
-    labels = [lb if len(lb) <= 42 else lb[:40] + "..." for lb in labels]
+    labels = [_wrap(lb) for lb in labels]
     bars = ax.barh(ys, counts, color=color, height=0.7)
     ax.set_yticks(ys, labels)
     ax.set_ylim(-0.6, rows - 0.4)
@@ -141,44 +107,60 @@ def _bars(ax, labels: list[str], counts: list[int], color: str, rows: int) -> No
 
 
 def rejections_chart(facts: Facts, path: Path, top: int = 12) -> Path:
-    """Why rows were dropped: per stage and reason, and (where verify ran) which checks fired."""
-    reasons = facts.rejection_reasons()[:top]
+    """Why rows were dropped: one bar per stage and reason, each row counted once (the bars add
+    up to the title's count); and, where verify ran, which failing gates fired."""
+    labels, counts = _dropped_bars(facts, top)
     caught: dict[str, int] = {}
     for r in facts.caught():
         caught[r["reason"]] = caught.get(r["reason"], 0) + r["count"]
     caught_top = sorted(caught.items(), key=lambda kv: -kv[1])[:top]
     panels = 2 if caught_top else 1
-    rows = max(len(reasons), len(caught_top), 3)
-    fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 1.0 + 0.32 * rows), dpi=DPI,
-                             squeeze=False)
+    lines = max([_wrap(lb).count("\n") + 1 for lb in labels + [k for k, _ in caught_top]] + [1])
+    rows = max(len(labels), len(caught_top), 3)
+    fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 1.0 + 0.32 * rows * lines),
+                             dpi=DPI, squeeze=False)
     ax = axes[0][0]
-    if not reasons:
+    if not labels:
         ax.text(0.5, 0.5, "no row was dropped", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
     else:
-        _bars(ax, [f"{r['stage']}: {r['reason']}" for r in reasons],
-              [r["count"] for r in reasons], "#9467bd", rows)
-        ax.set_xlabel("rows dropped")
-    more = len(facts.rejection_reasons()) - len(reasons)
-    ax.set_title(f"Rows dropped, by stage and reason ({facts.rejected_total} in all"
-                 + (f"; {more} smaller not shown" if more > 0 else "") + ")", fontsize=10)
+        _bars(ax, labels, counts, "#9467bd", rows)
+        ax.set_xlabel("rows dropped (each row once, by the stage that dropped it)")
+    ax.set_title(f"{sum(counts)} rows dropped, by stage and reason", fontsize=10)
     if caught_top:
         ax2 = axes[0][1]
         _bars(ax2, [k for k, _ in caught_top], [v for _, v in caught_top], "#d62728", rows)
         ax2.set_xlabel("failed rows carrying the reason (a row can carry several)")
-        ax2.set_title("Why verification failed them", fontsize=10)
+        ax2.set_title("Failing gates and checks that fired", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return path
 
 
+def _dropped_bars(facts: Facts, top: int) -> tuple[list[str], list[int]]:
+    """The largest (stage, reason) groups of dropped rows and one bar for the rest."""
+    dropped = facts.drop_labels()
+    shown = dropped[:top - 1] if len(dropped) > top else dropped
+    labels = [f"{r['stage']}: {r['reason']}" for r in shown]
+    counts = [r["count"] for r in shown]
+    if len(dropped) > len(shown):
+        labels.append(f"{len(dropped) - len(shown)} other reasons")
+        counts.append(sum(r["count"] for r in dropped[len(shown):]))
+    return labels, counts
+
+
+PLOTS = (("speedup_histogram", speedup_histogram), ("rejections", rejections_chart))
+
+
 def render_all(facts: Facts, assets: Path) -> dict[str, str]:
     """Write every figure into `assets`; return name -> path relative to the card."""
     assets.mkdir(parents=True, exist_ok=True)
     out = {}
-    for name, fn in (("speedup_histogram", speedup_histogram), ("per_source", per_source_table),
-                     ("rejections", rejections_chart)):
+    for name, fn in PLOTS:
         p = fn(facts, assets / f"{name}.png")
         out[name] = f"{assets.name}/{p.name}"
+    for old in assets.glob("*.png"):  # a figure this version no longer draws is not published
+        if f"{assets.name}/{old.name}" not in out.values():
+            old.unlink()
     return out

@@ -27,6 +27,8 @@ REASONS: dict[str, tuple[str, str]] = {
     "side_stream_unsynced": (FAIL, "work on a side stream is never joined back, so it escapes "
                                    "the timing"),
     "syntax_error:*": (FAIL, "the candidate does not parse"),
+    "synth:*": (FAIL, "synthesis could not write a standalone candidate (no kernel of its own, "
+                      "code it does not support)"),
     # dynamic gates (launch hooks, ghost runs, repeated calls)
     "no_custom_kernel_ran": (FAIL, "no custom kernel ran during forward"),
     "cuda_kernel_not_launched": (FAIL, "the CUDA kernel was never launched during forward"),
@@ -66,6 +68,10 @@ REASONS: dict[str, tuple[str, str]] = {
     "torch_ops_in_forward": (WARN, "forward also calls PyTorch ops (allocation, views, small "
                                    "steps) besides its kernels; the dynamic gates check that the "
                                    "kernels compute the result"),
+    "extern_kernels:*": (WARN, "inductor's program calls this library kernel (a BLAS matmul, "
+                               "a convolution) besides its own kernels"),
+    "fallback:aten.*": (WARN, "inductor left this op to PyTorch's own (ATen) kernel inside the "
+                              "generated program"),
     "torch_ops_in_extension": (WARN, "the extension's C++ calls ATen ops beside its own kernel"),
     "kernel_unused:*": (WARN, "a kernel is defined but never launched (dead code)"),
     "tf32": (WARN, "the candidate enables TF32 matmuls"),

@@ -9,6 +9,7 @@ keeps it.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import os
 import re
@@ -21,7 +22,8 @@ import yaml
 
 from ..resources import data_dir
 from ..schema import columns as schema_columns
-from .facts import Facts, gather
+from . import reasons
+from .facts import BACKEND_NAMES, Facts, gather, record_machine
 from .plots import render_all
 
 CARD = "README.md"
@@ -29,32 +31,8 @@ TEMPLATE = "README.md.j2"
 SECTION_RE = re.compile(r"<!-- curate:begin (?P<name>[\w-]+) -->\n?(?P<body>.*?)"
                         r"<!-- curate:end (?P=name) -->", re.S)
 FINGERPRINT_RE = re.compile(r"<!-- curate-card fingerprint=(?P<fp>[0-9a-f]+)")
-NAME_RE = re.compile(r"<!-- curate-card [^>]*? name=(?P<name>\S+?)\.? Generated")
-
-# The gates of curate verify (curate/verify/gates), by the reason they write into `reasons`.
-GATES = [
-    ("no_custom_kernel", "the candidate defines no custom kernel"),
-    ("kernel_not_called / cuda_kernel_not_launched",
-     "a kernel is defined but the forward never launches it"),
-    ("torch_in_forward / torch_ops_in_forward",
-     "the forward computes with PyTorch ops instead of the kernel"),
-    ("torch_ops_in_extension / extension_without_kernel",
-     "a C++ extension calls ATen rather than a kernel of its own"),
-    ("try_except_fallback", "a try/except falls back to PyTorch"),
-    ("input_mutated", "the candidate rewrote its inputs"),
-    ("output_aliases_input / output_aliases_parameter", "an output is an input or a weight"),
-    ("stale_output", "outputs are stale or cached between calls"),
-    ("side_stream_unsynced", "work on a side stream escapes the timing"),
-    ("harness_access:*",
-     "the candidate reaches into the harness (frames, sys, ctypes, mocks, processes)"),
-    ("torch_compile_in_candidate", "the candidate calls torch.compile itself"),
-    ("reference_ignores_inputs",
-     "the reference output does not depend on its inputs (status degenerate_reference)"),
-    ("reference_unstable",
-     "the float32 reference disagrees with its own float64 run: its output is rounding noise "
-     "(status degenerate_reference)"),
-]
-
+META_RE = re.compile(r"<!-- curate-card (?P<meta>[^>]*?)\.? Generated")
+HASHES = "card.sha256"  # sha256sum lines of the rendered card and plots (`sha256sum -c`)
 
 # Meanings for columns the schema leaves undocumented.
 COLUMN_DOCS = {
@@ -62,6 +40,13 @@ COLUMN_DOCS = {
     "triton_version": "triton version the row was verified and timed with",
     "cuda_version": "CUDA version the row was verified and timed with",
     "gpu": "device the row was measured on",
+}
+# Meanings the card states in its own words (the schema's may point at files not published).
+CARD_DOCS = {
+    "status": "verify's verdict (`verified`, `incorrect`, `deceptive`, ...; see How every row "
+              "was verified)",
+    "reasons": "every gate that failed or warned on the row (see the tables of gates and "
+               "warnings below)",
 }
 
 
@@ -84,6 +69,13 @@ def card_fingerprint(text: str) -> str | None:
     return m["fp"] if m else None
 
 
+def card_meta(text: str) -> dict[str, str]:
+    """The key=value pairs of a card's curate-card comment (fingerprint, curate, name, repo)."""
+    m = META_RE.search(text)
+    pairs = (kv.partition("=") for kv in (m["meta"].split() if m else []))
+    return {k: unquote(v) for k, _, v in pairs if v}
+
+
 def is_current(build_dir: str | Path, repo_id: str | None = None) -> bool:
     """Whether <dir>/README.md was rendered from the build as it is now (and for this repo)."""
     from .facts import fingerprint
@@ -100,7 +92,9 @@ def front_matter(f: Facts) -> dict:
     meta["task_categories"] = ["text-generation"]
     meta["language"] = ["en"]
     backends = sorted({b for b, _ in f.counter("backend") if b != "(none)"})
-    meta["tags"] = ["code", "gpu-kernels", "pytorch", *backends, "curate", "synthetic",
+    kinds = (["gpu-kernels"] if f.gpu_kernels else []) + (["cpu-kernels"] if "cpp" in backends
+                                                          else [])
+    meta["tags"] = ["code", *kinds, "pytorch", *backends, "curate", "synthetic",
                     "verified-speedup"]
     meta["size_categories"] = [f.size_category()]
     meta["configs"] = []
@@ -178,31 +172,46 @@ def _env() -> jinja2.Environment:
 
 def render_card(build_dir: str | Path = "build", *, repo_id: str | None = None,
                 pretty_name: str | None = None, out: str | Path | None = None) -> Card:
-    """Write `<out or build_dir>/README.md` and its `assets/*.png`; keep hand-written sections."""
+    """Write `<out or build_dir>/README.md`, its `assets/*.png` and `card.sha256`; keep
+    hand-written sections, and the name and repo given at an earlier render."""
     build = Path(build_dir)
     dest = Path(out) if out else build
     old_path = dest / CARD
     old_text = old_path.read_text() if old_path.is_file() else ""
-    if pretty_name is None and (m := NAME_RE.search(old_text)):  # a name given once sticks
-        pretty_name = unquote(m["name"])
-        name_given = pretty_name
-    else:
-        name_given = pretty_name
+    meta = card_meta(old_text)
+    pretty_name = pretty_name or meta.get("name")  # a name or repo given once sticks
+    repo_id = repo_id or meta.get("repo")
+    if out is None:
+        record_machine(build)
     f = gather(build, repo_id=repo_id, pretty_name=pretty_name)
     dest.mkdir(parents=True, exist_ok=True)
     assets = render_all(f, dest / "assets")
-    old = hand_written(old_text)
     backup = None
     if old_text and card_fingerprint(old_text) is None:  # not a card curate wrote: keep a copy
         backup = old_path.with_name(CARD + ".bak")
         backup.write_text(old_text)
-    docs = {**COLUMN_DOCS, **{c["name"]: c["doc"] for c in schema_columns() if c.get("doc")}}
-    text = _env().get_template(TEMPLATE).render(
+    text, kept = _keep_sections(_text(f, assets, repo_id, pretty_name), hand_written(old_text))
+    tmp = old_path.with_name(f".{CARD}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, old_path)
+    write_hashes(dest, assets)
+    return Card(old_path, f, assets, kept, backup)
+
+
+def _text(f: Facts, assets: dict[str, str], repo_id: str | None, name_given: str | None) -> str:
+    docs = {**COLUMN_DOCS, **{c["name"]: c["doc"] for c in schema_columns() if c.get("doc")},
+            **CARD_DOCS}
+    return _env().get_template(TEMPLATE).render(
         f=f, front=yaml.safe_dump(front_matter(f), sort_keys=False, allow_unicode=True,
                                   width=1000),
-        assets=assets, repo=repo_id or "ORG/NAME", docs=docs, gates=GATES, name_given=name_given,
-        verify=verify_settings(f), tols=tolerances(), sp=f.speedup_summary(),
-        dec=f.decontamination)
+        assets=assets, repo=repo_id or "ORG/NAME", repo_given=repo_id, docs=docs,
+        backend_names=BACKEND_NAMES,
+        gates=reasons.of(reasons.FAIL), warnings=reasons.of(reasons.WARN),
+        meaning=reasons.meaning, name_given=name_given, verify=verify_settings(f),
+        tols=tolerances(), sp=f.speedup_summary(), dec=f.decontamination)
+
+
+def _keep_sections(text: str, old: dict[str, str]) -> tuple[str, list[str]]:
     kept = []
 
     def keep(m: re.Match) -> str:
@@ -212,8 +221,31 @@ def render_card(build_dir: str | Path = "build", *, repo_id: str | None = None,
             return f"<!-- curate:begin {name} -->\n{old[name]}<!-- curate:end {name} -->"
         return m.group(0)
 
-    text = SECTION_RE.sub(keep, text)
-    tmp = old_path.with_name(f".{CARD}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, old_path)
-    return Card(old_path, f, assets, kept, backup)
+    return SECTION_RE.sub(keep, text), kept
+
+
+def card_files(dest: Path, assets: dict[str, str] | None = None) -> list[str]:
+    """The card's files relative to `dest`: README.md and its plots."""
+    names = sorted(assets.values()) if assets is not None else sorted(
+        p.relative_to(dest).as_posix() for p in (dest / "assets").glob("*.png"))
+    return [CARD, *names]
+
+
+def file_hashes(dest: Path, names: list[str]) -> dict[str, str]:
+    return {n: hashlib.sha256((dest / n).read_bytes()).hexdigest() for n in names
+            if (dest / n).is_file()}
+
+
+def write_hashes(dest: Path, assets: dict[str, str]) -> None:
+    """card.sha256 beside the card: what was rendered, to tell later whether it changed."""
+    lines = [f"{h}  {n}\n" for n, h in file_hashes(dest, card_files(dest, assets)).items()]
+    (dest / HASHES).write_text("".join(lines))
+
+
+def rendered_hashes(dest: Path) -> dict[str, str] | None:
+    """name -> sha256 as recorded at the last render; None where no record exists."""
+    path = Path(dest) / HASHES
+    if not path.is_file():
+        return None
+    return {n: h for h, _, n in (ln.partition("  ") for ln in path.read_text().splitlines())
+            if n}

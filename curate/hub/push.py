@@ -306,8 +306,9 @@ def push(build_dir: str | Path = "build", repo_id: str = "", *, private: bool = 
         if not dry_run:
             c = render_card(build, repo_id=repo_id)
             rendered = True
-            say(f"card: rendered {c.path} for {repo_id} (kept hand-written sections: "
-                f"{', '.join(c.kept_sections) or 'none'})")
+            say(f"card: rendered {c.path} again for {repo_id} before pushing it: the build or "
+                f"the repo changed since it was rendered (kept hand-written sections: "
+                f"{', '.join(c.kept_sections) or 'none'}; `--dry-run` shows this beforehand)")
     rev = revision or "main"
     api = HfApi(endpoint=url, token=tok or False)
 
@@ -322,9 +323,8 @@ def push(build_dir: str | Path = "build", repo_id: str = "", *, private: bool = 
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             plan = _local_plan(repo_id, build, rev, f"remote not checked ({classify(exc)}: "
                                                     f"{first})")
-        if stale_card:
-            plan.notes.append(f"README.md is missing or out of date: a real push renders it first "
-                              f"(review it with `curate card {build} --repo {repo_id}`)")
+        from ..card.review import review
+        plan.notes.append(review(build, repo_id).message)
         return PushResult(plan, card_rendered=False)
 
     try:

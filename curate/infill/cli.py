@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -39,7 +38,8 @@ def split_infill(source, out, granularity, multi, fim_format, check, device, qui
     written beside them, with infill/config.json) or a table. The core is the kernel (the
     __global__ function, the @triton.jit function, inductor's C++ kernel()); every row holds
     prefix + core + suffix == kernel_code, byte for byte. Programs with no core go to the
-    rejected table with the reason.
+    rejected table with the reason. On a build directory the dataset card (README.md) is
+    rendered again, so that the card you review next is the one `curate push` publishes.
 
     \b
     Example:
@@ -52,17 +52,14 @@ def split_infill(source, out, granularity, multi, fim_format, check, device, qui
     opts = dict(granularity=granularity, multi=multi, fim_format=fim_format,
                 progress=not quiet)
     if src.is_dir() and out is None:
-        st, summary = split_build_dir(src, **opts)
+        st, summary = split_build_dir(src, check=check, device=device, **opts)
         echo_stage(st, summary["table"])
         click.echo(f"split-infill: {summary['rows']} infill rows in {len(summary['shards'])} "
                    f"shard(s) -> {src / 'infill'} (config: {src / 'infill' / 'config.json'})")
         if check:
-            result = check_sample(summary["table"], check, device=device)
-            config = src / "infill" / "config.json"
-            data = json.loads(config.read_text())
-            data["solvability"] = result
-            config.write_text(json.dumps(data, indent=2) + "\n")
-            _echo_check(result)
+            _echo_check(summary["solvability"])
+        click.echo(f"card: rendered again with the infill config: {summary['card']} "
+                   "(review it before `curate push`)")
         return
     if not src.exists():
         if source == "build":

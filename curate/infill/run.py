@@ -43,11 +43,14 @@ def build_input(build: str | Path) -> Path:
 
 
 def split_build_dir(build: str | Path, *, granularity: str = "kernel", multi: str = "per-kernel",
-                    fim_format: str = "none", progress: bool = True) -> tuple[StageStats, dict]:
-    """A build's data/ shards -> <build>/infill/train-*.parquet and <build>/infill/config.json.
+                    fim_format: str = "none", progress: bool = True, check: int = 0,
+                    device: str = "cpu") -> tuple[StageStats, dict]:
+    """A build's data/ shards -> <build>/infill/train-*.parquet and <build>/infill/config.json,
+    then the card rendered again, so that the card reviewed after this is the one pushed.
 
     The stage's own table, its rejected rows and ledger live in <build>/stages/ like every other
-    stage's, so that infill/ holds only what the Hub should serve.
+    stage's, so that infill/ holds only what the Hub should serve. `check` > 0 re-verifies that
+    many rows (check_sample) and records the result in config.json.
     """
     build = Path(build)
     stages = build / "stages"
@@ -86,9 +89,18 @@ def split_build_dir(build: str | Path, *, granularity: str = "kernel", multi: st
         "rejected_table": sibling(table, "rejected").relative_to(build).as_posix(),
         "table": table.relative_to(build).as_posix(),
     }
+    if check:
+        summary["solvability"] = check_sample(table, check, device=device)
     (build / "infill" / "config.json").write_text(json.dumps(summary, indent=2) + "\n")
     summary["table"] = str(table)
+    summary["card"] = refresh_card(build)
     return st, summary
+
+
+def refresh_card(build: Path) -> Path | None:
+    """Render <build>/README.md again from the build as it is now (name and repo stick)."""
+    from ..card.render import render_card
+    return render_card(build).path
 
 
 def check_sample(table: str | Path, n: int, *, device: str = "cpu", seed: int = 0) -> dict:

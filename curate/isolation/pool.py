@@ -214,6 +214,8 @@ class _Slot:
                             "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
                             **p.env_extra, **self.session_env})
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PKG_ROOT, env.get("PYTHONPATH")]))
+        for var in CACHE_DIR_VARS:  # named, so nothing falls back to a path the server cached
+            env.setdefault(var, str(self.scratch / "cache" / var.lower()))
         if self.uid is not None:
             # the worker's own uid owns its scratch and its row's cache folders, nothing else;
             # the folders above them it may only pass through

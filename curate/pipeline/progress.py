@@ -1,35 +1,74 @@
-"""Progress for long stages: a bar on a terminal, plain log lines otherwise."""
+"""Progress for long stages: a bar on a terminal, periodic log lines with rate and ETA otherwise.
+
+While a bar is open, log records to the terminal go through tqdm (tqdm.contrib.logging), which
+clears the bar, writes the line and draws the bar again: a log line never splits a bar, and a
+closed bar leaves nothing behind.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
 
 log = logging.getLogger("curate")
 
+INTERVAL_S = 10.0  # off a terminal: one line per this many seconds at most
+
 
 class Progress:
-    def __init__(self, label: str, total: int | None = None, enabled: bool = True):
+    def __init__(self, label: str, total: int | None = None, enabled: bool = True,
+                 interval: float = INTERVAL_S):
         self.label, self.total, self.done = label, total, 0
+        self.enabled, self.interval = enabled, interval
         self._bar = None
-        self._last_log = time.monotonic()
+        self._redirect = contextlib.ExitStack()
+        self._t0 = self._last_log = time.monotonic()
+        self._window = (self._t0, 0)  # (time, rows done) where the current rate window starts
         if enabled and sys.stderr.isatty():
             from tqdm import tqdm
-            self._bar = tqdm(total=total, desc=label, unit="row", file=sys.stderr, leave=False)
+            from tqdm.contrib.logging import logging_redirect_tqdm
+            self._redirect.enter_context(logging_redirect_tqdm())
+            self._bar = tqdm(total=total, desc=label, unit="row", file=sys.stderr, leave=False,
+                             dynamic_ncols=True)
         elif enabled:
             log.info("%s: started%s", label, f" ({total} rows)" if total else "")
-        self.enabled = enabled
 
     def update(self, n: int = 1) -> None:
         self.done += n
         if self._bar is not None:
             self._bar.update(n)
-        elif self.enabled and time.monotonic() - self._last_log > 10:
-            self._last_log = time.monotonic()
-            of = f"/{self.total}" if self.total else ""
-            log.info("%s: %d%s rows", self.label, self.done, of)
+            return
+        now = time.monotonic()
+        if self.enabled and n and now - self._last_log >= self.interval:
+            self._last_log = now
+            log.info("%s: %s", self.label, self.line(now))
+
+    def line(self, now: float) -> str:
+        """'12/30 rows (40%), 0.52 rows/s, ETA 35s': the rate over the rows since the last line
+        (rows read back from the ledger arrive in a burst and would inflate an average)."""
+        t, d = self._window
+        rate = (self.done - d) / (now - t) if now > t else 0.0
+        self._window = (now, self.done)
+        text = f"{self.done}/{self.total} rows ({self.done / self.total:.0%})" if self.total \
+            else f"{self.done} rows"
+        text += f", {rate:.2f} rows/s" if rate < 10 else f", {rate:.0f} rows/s"
+        if self.total and rate > 0 and self.done < self.total:
+            text += f", ETA {_duration((self.total - self.done) / rate)}"
+        return text
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
+            self._bar = None
+        self._redirect.close()
+
+
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
