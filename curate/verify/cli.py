@@ -20,7 +20,10 @@ from ..report import echo_stage
               help="Seconds per row and task before the worker is killed.")
 @click.option("--trials", type=int, default=3, show_default=True,
               help="Correctness trials on fresh seeded inputs (the last one rewrites in place).")
-def verify(inp, out, device, workers, timeout, trials):
+@click.option("--sandbox", type=click.Choice(["auto", "strict", "off"]), default="auto",
+              show_default=True, help="auto: bubblewrap and a uid per worker where the machine "
+              "allows (said loudly where not); strict: refuse to run without; off: none.")
+def verify(inp, out, device, workers, timeout, trials, sandbox):
     """Re-execute every pair in sandboxed workers and record its status and speedup.
 
     Every row of IN comes out in OUT with status (verified, incorrect, deceptive,
@@ -32,13 +35,18 @@ def verify(inp, out, device, workers, timeout, trials):
     \b
     Example:
       curate verify pairs.parquet -o verified.parquet --device cuda --workers 4
+      curate verify pairs.parquet -o verified.parquet --sandbox strict
     """
     from .step import Verify
     if trials < 1:
         raise click.BadParameter("at least 1", param_hint="--trials")
     require_candidates(inp)  # rows without kernel_code: say that synthesis has not run
-    st = run_single(Verify(device=device, workers=workers, timeout=timeout, trials=trials),
-                    inp, out)
+    from .engine import SandboxUnavailable
+    try:
+        st = run_single(Verify(device=device, workers=workers, timeout=timeout, trials=trials,
+                               sandbox=sandbox), inp, out)
+    except SandboxUnavailable as exc:
+        raise click.UsageError(f"{exc}; use --sandbox auto or off to run anyway") from None
     echo_stage(st, out)
     statuses = (getattr(st, "extra", None) or {}).get("statuses") or {}
     for status, n in sorted(statuses.items(), key=lambda kv: -kv[1]):

@@ -18,7 +18,8 @@ class Verify(Step):
     def __init__(self, device: str = "cpu", workers: int | None = None, timeout: float = 120,
                  trials: int = 3, seed: int = 0, time_budget: float | None = None,
                  reference_workers: int | None = None, compile_workers: int | None = None,
-                 cache_dir: str | None = None, memory_gb: float | None = None):
+                 cache_dir: str | None = None, memory_gb: float | None = None,
+                 sandbox: str = "auto"):
         if device == "auto":
             from ..pipeline.config import detect_device
             device = detect_device()
@@ -26,7 +27,7 @@ class Verify(Step):
                                  seed=seed, time_budget=time_budget,
                                  reference_workers=reference_workers,
                                  compile_workers=compile_workers, cache_dir=cache_dir,
-                                 memory_gb=memory_gb)
+                                 memory_gb=memory_gb, sandbox=sandbox)
         self.device = device
         self.resources = Resources(cpus=os.cpu_count() or 1, gpus=1 if device == "cuda" else 0)
 
@@ -44,7 +45,8 @@ class Verify(Step):
         v = self.verifier
         return {"device": v.device, "statuses": dict(v.stats),
                 "timed_wall_s": round(v.timed_wall_s, 3), "workers_replaced": v.replaced,
-                "workers": v.workers, "trials": v.trials}
+                "workers": v.workers, "trials": v.trials, "sandbox": v.sandbox,
+                "sandbox_probe": v.sandbox_probe}
 
     def process(self, rows: list[dict]) -> Iterator[tuple[int, Outcome]]:
         for i, res in self.verifier.verify(rows):
