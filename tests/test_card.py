@@ -271,7 +271,7 @@ def test_body_states_counts_verification_and_reproduction(build):
     assert "torch 2.11.0 (30)" in body and "triton 3.6.0 (30)" in body and "CUDA 12.8 (30)" in body
     assert "`input_mutated`" in body
     assert "`mismatch`: 5 rows (incorrect)" in body  # what the checks caught (rejected.parquet)
-    assert "- `half_precision`: 3 rows" in body  # warnings carried by kept rows
+    assert "| `half_precision` | 3 |" in body  # warnings carried by kept rows
     assert "`input_mutated`: 2 rows (deceptive)" in body
     assert "Empty in every row of this config" in body and "`dup_of`" in body
     assert "| `dup_of` |" not in body
@@ -282,7 +282,7 @@ def test_body_states_counts_verification_and_reproduction(build):
     assert "mixed-license" in body
     assert "Solvability check on 8 sampled rows (cpu): 7 solvable" in body
     assert "no license recorded" in body
-    for png in ("assets/speedup_histogram.png", "assets/per_source.png", "assets/rejections.png"):
+    for png in ("assets/speedup_histogram.png", "assets/rejections.png"):
         assert f"]({png})" in body
         data = (build / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000

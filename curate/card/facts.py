@@ -6,8 +6,11 @@ recipe from pipeline.yaml, the measurement set-up from the rows themselves.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
+import os
+import platform
 import re
 import statistics
 from collections import Counter
@@ -22,7 +25,7 @@ import yaml
 from .. import __version__
 from ..errors import BadInput
 from ..hub.shards import list_shards
-from . import reasons
+from .reasons import WARN, lookup
 
 # Columns the card summarizes; shards may lack some (older builds, other pipelines).
 SUMMARY_COLUMNS = ["source", "backend", "speedup", "speedup_ci_low", "speedup_ci_high", "license",
@@ -177,7 +180,7 @@ class Facts:
         skip = ("status:", "below_threshold", "speed_not_measured")
         return [r for r in self.rejected_reasons
                 if r["status"] not in ("-", "verified") and not r["reason"].startswith(skip)
-                and (reasons.lookup(r["reason"]) or ("fail",))[0] != reasons.WARN]
+                and (lookup(r["reason"]) or ("fail",))[0] != WARN]
 
     def drop_labels(self) -> list[dict]:
         """(stage, reason, count) with each dropped row counted once, largest first."""
@@ -423,8 +426,6 @@ MACHINE = "machine.json"
 
 def host() -> dict:
     """This machine's processor (model name, cores usable by the build), OS and architecture."""
-    import os
-    import platform
     name = None
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -446,7 +447,8 @@ def record_machine(build: Path) -> dict:
     """machine.json: the processor of the machine that ran the build.
 
     `curate build` renders the card right after it writes stats.json, on the build machine; the
-    first render of a new stats.json records this host, later renders keep what was recorded."""
+    first render of a new stats.json records this host, later renders keep what was recorded
+    (a build made before machine.json existed gets the machine of its first render)."""
     stats = build / "stats.json"
     if not stats.is_file():  # not a build (yet): nothing to bind a machine to
         return {}
@@ -480,7 +482,6 @@ def cpp_build(build: Path) -> dict | None:
             m = _BUILD_RE.search(code or "") if backend == "cpp" else None
             if m is None:
                 continue
-            import ast
             try:
                 b = ast.literal_eval(m.group(1))
             except (ValueError, SyntaxError):
@@ -502,7 +503,7 @@ _HUB_CACHE = re.compile(r"datasets--(?P<org>[^/]+?)--(?P<name>[^/]+)/snapshots/(
 def _origin(path: str) -> str | None:
     """"the Hub dataset ORG/NAME at revision R" for an evaluation set read from the Hub cache."""
     m = _HUB_CACHE.search(path)
-    return f"the Hub dataset {m['org']}/{m['name']} (revision {m['rev'][:12]})" if m else None
+    return f"the Hub dataset {m['org']}/{m['name']} at revision {m['rev'][:12]}" if m else None
 
 
 # -- loading --------------------------------------------------------------------------------

@@ -19,8 +19,9 @@ from .step import Dedup
 @click.option("--against", multiple=True, metavar="PATH|ORG/NAME",
               help="Evaluation set to decontaminate against: a KernelBench folder, problem "
                    "files or a table; a Hub dataset id (e.g. ScalingIntelligence/KernelBench, "
-                   "cached once read); @kernelbench names the local KernelBench copy. "
-                   "Repeatable.")
+                   "cached once read); @kernelbench: the local copy named by "
+                   "$CURATE_KERNELBENCH (or ../shared/data/kernelbench), else "
+                   "ScalingIntelligence/KernelBench from the Hub. Repeatable.")
 @click.option("--on", type=click.Choice(ON), default="both", show_default=True,
               help="Compare the reference, the candidate, or both (the pair).")
 @click.option("--index", metavar="redis://HOST:PORT/NAME",
