@@ -26,6 +26,7 @@ class Progress:
         self._redirect = contextlib.ExitStack()
         self._t0 = self._last_log = time.monotonic()
         self._window = (self._t0, 0)  # (time, rows done) where the current rate window starts
+        self._rate: float | None = None
         if enabled and sys.stderr.isatty():
             from tqdm import tqdm
             from tqdm.contrib.logging import logging_redirect_tqdm
@@ -46,11 +47,13 @@ class Progress:
             log.info("%s: %s", self.label, self.line(now))
 
     def line(self, now: float) -> str:
-        """'12/30 rows (40%), 0.52 rows/s, ETA 35s': the rate over the rows since the last line
-        (rows read back from the ledger arrive in a burst and would inflate an average)."""
+        """'12/30 rows (40%), 0.52 rows/s, ETA 35s'. The rate is a moving average over the
+        windows between lines: rows finish in bursts (and rows read back from the ledger all
+        at once), which would make a window's rate, or the average since the start, jump."""
         t, d = self._window
-        rate = (self.done - d) / (now - t) if now > t else 0.0
+        window = (self.done - d) / (now - t) if now > t else 0.0
         self._window = (now, self.done)
+        rate = self._rate = window if self._rate is None else 0.3 * window + 0.7 * self._rate
         text = f"{self.done}/{self.total} rows ({self.done / self.total:.0%})" if self.total \
             else f"{self.done} rows"
         text += f", {rate:.2f} rows/s" if rate < 10 else f", {rate:.0f} rows/s"
