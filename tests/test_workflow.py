@@ -149,6 +149,7 @@ def test_an_unreachable_hub_is_a_loud_warning_and_the_card_says_so(fresh_clone, 
     card = (fresh_clone / "work" / "build" / "README.md").read_text()
     assert "**No decontamination was done for this build.**" in card
     assert "evaluation set(s) @kernelbench not found" in card
+    assert "the Hub dataset ScalingIntelligence/KernelBench; the build could read neither" in card
 
 
 # -- the card reviewed last is the card pushed ----------------------------------------------------
