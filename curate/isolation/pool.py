@@ -23,7 +23,7 @@ from typing import Any, Iterable, Iterator
 
 from . import confine
 from .freeze import Freezer
-from .sandbox import chown_tree, kill_uid
+from .sandbox import chown_tree, kill_uid, wait_uid_gone
 from .zygote import Zygote
 from .protocol import ProtocolError, recv, send
 
@@ -322,6 +322,7 @@ class _Slot:
         self._killpg(self.proc)
         if self.uid is not None:
             kill_uid(self.uid)  # whatever it started, in any session: daemons included
+            wait_uid_gone(self.uid)  # reaped, so the next worker of this uid is found alone
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

@@ -119,6 +119,35 @@ def probe(device: str = "cpu") -> str | None:
     return None
 
 
+def uid_pids(uid: int) -> list[int]:
+    """Processes of `uid` (zombies included: they still hold the uid until reaped)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as fh:
+                for line in fh:
+                    if line.startswith("Uid:"):
+                        if int(line.split()[1]) == uid:
+                            out.append(int(entry))
+                        break
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def wait_uid_gone(uid: int, timeout: float = 5.0) -> bool:
+    import time
+    deadline = time.monotonic() + timeout
+    while uid_pids(uid):
+        if time.monotonic() > deadline:
+            return False
+        kill_uid(uid)
+        time.sleep(0.01)
+    return True
+
+
 def kill_uid(uid: int) -> int:
     """SIGKILL every process of `uid` (a worker slot's): what its worker started, `setsid`
     daemons included. Returns how many were signalled."""

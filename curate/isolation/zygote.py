@@ -122,21 +122,12 @@ def main(argv: list[str]) -> int:
 
 def _host_pid(uid: int, timeout: float = 10.0) -> int:
     """The pid, in this (the parent's) namespace, of the one process of `uid` (a fresh worker
-    in a sandbox's PID namespace, whose own pid means nothing here)."""
+    in a sandbox's PID namespace, whose own pid means nothing here). The pool waits for every
+    earlier process of the uid to be gone before it forks the next."""
+    from .sandbox import uid_pids
     deadline = time.monotonic() + timeout
     while True:
-        found = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/status") as fh:
-                        for line in fh:
-                            if line.startswith("Uid:"):
-                                if int(line.split()[1]) == uid:
-                                    found.append(int(entry))
-                                break
-                except (OSError, ValueError):
-                    continue
+        found = uid_pids(uid)
         if found:
             return min(found)
         if time.monotonic() > deadline:

@@ -62,7 +62,8 @@ FETCHES = 6                  # timed calls whose outputs the judge checks, per r
 # trusted batch time may exceed the reported one by xA + B ms (on the H200 an honest 20 us
 # CUDA kernel's batch wall time ran past 1.5x + 0.05 ms)
 TIMING_SLACK = {"cpu": (1.5, 0.05), "cuda": (2.0, 0.25)}
-IDLE_CPU = (0.005, 0.05)     # a candidate idle while the reference runs: < 5 ms or 5% of it
+IDLE_CPU = (0.02, 0.10)      # a candidate idle while the reference runs: < 20 ms or 10% of it
+SETTLE_S = 0.03              # CPU: pause between a candidate's batch and the reference's
 
 
 class SandboxUnavailable(RuntimeError):
@@ -227,7 +228,11 @@ class Verifier:
             return
         self.tmp = Path(tempfile.mkdtemp(prefix="curate-verify-"))
         os.chmod(self.tmp, 0o711)  # workers of their own uids pass through to their scratch
-        (self.cache_dir / "ext").mkdir(parents=True, exist_ok=True)
+        for sub in ("", "ext", "triton", "inductor"):
+            d = self.cache_dir / sub
+            d.mkdir(parents=True, exist_ok=True)
+            # workers of their own uids pass through to their row's folder, list nothing
+            os.chmod(d, os.stat(d).st_mode | 0o111)
         # compile caches are per row's code (_row_cache): no row writes where another reads
         env = {"CURATE_VERIFY_DEVICE": self.device, "MAX_JOBS": "2"}
         if self.device == "cpu":
@@ -686,6 +691,11 @@ class Verifier:
                 self._phase("timing")
                 for side in order:
                     w = cw if side == "candidate" else jw
+                    if side == "judge" and self.device == "cpu":
+                        # the candidate's OpenMP threads spin a few ms after its calls: let
+                        # them go to sleep, so they neither slow the reference nor count as
+                        # work done outside a call
+                        time.sleep(SETTLE_S)
                     cpu0 = cpu_seconds(cw.pid) if side == "judge" else None
                     t0 = time.perf_counter()
                     got = w.call({"role": side, "op": "calls", "calls": calls, "timed": True,
