@@ -576,7 +576,8 @@ def run_judge(task: dict) -> dict:
         if op == "compare":
             return _judge_compare(s, task)
         if op == "calls":
-            return {"status": "ok", "ms": s.runner.run(_calls(task), keep=False).ms}
+            batch = s.runner.run(_calls(task), keep=bool(task.get("keep")))
+            return {"status": "ok", "ms": batch.ms}
     except BaseException as exc:  # noqa: BLE001
         if isinstance(exc, KeyboardInterrupt):
             raise
