@@ -155,3 +155,11 @@ def test_a_hub_evaluation_set_is_named_with_its_revision(tmp_path):
     body = render_card(build).path.read_text()
     assert ("@kernelbench (the Hub dataset ScalingIntelligence/KernelBench at revision "
             "0123456789ab)") in body
+
+
+def test_the_card_states_the_sandbox_the_rows_ran_under(tmp_path):
+    """Every kept row's `sandbox` is counted on the card; `none` is said out loud."""
+    from curate.card.facts import Facts
+    f = Facts.__new__(Facts)
+    f.rows = {"sandbox": ["bwrap+uid+landlock", "bwrap+uid+landlock", "none"]}
+    assert f.sandboxes == [("bwrap+uid+landlock", 2), ("none", 1)]

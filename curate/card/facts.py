@@ -28,7 +28,7 @@ from ..hub.shards import list_shards
 from .reasons import WARN, lookup
 
 # Columns the card summarizes; shards may lack some (older builds, other pipelines).
-SUMMARY_COLUMNS = ["source", "backend", "speedup", "speedup_ci_low", "speedup_ci_high", "license",
+SUMMARY_COLUMNS = ["sandbox", "source", "backend", "speedup", "speedup_ci_low", "speedup_ci_high", "license",
                    "repo", "gpu", "torch_version", "triton_version", "cuda_version", "generator",
                    "status", "max_abs_err", "max_rel_err", "cluster_id", "core_kind", "ref_ms",
                    "kernel_ms", "reasons"]
@@ -107,6 +107,11 @@ class Facts:
     @property
     def verified(self) -> int:
         return sum(1 for v in self.rows.get("status") or [] if v == "verified")
+
+    @property
+    def sandboxes(self) -> list[tuple[str, int]]:
+        """What the kept rows ran under (the `sandbox` column), most common first."""
+        return [(k, n) for k, n in self.counter("sandbox") if k != "(none)"]
 
     @property
     def has_verify(self) -> bool:
