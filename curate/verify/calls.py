@@ -15,6 +15,7 @@ Worker side only (imported after the timers were captured).
 from __future__ import annotations
 
 import ctypes
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -102,7 +103,7 @@ class CallRunner:
         batch = Batch()
         cuda = self.device == "cuda"
         t = self.timers
-        seen: dict[int, int] = {}
+        alive: dict[int, tuple] = {}   # storage pointer -> (call, weak reference to the output)
         for i, (k, scale) in enumerate(calls):
             args = self.inputs(int(k), float(scale))
             if cuda:
@@ -128,18 +129,26 @@ class CallRunner:
             plain_outputs(items)
             batch.ms.append(ms)
             self.calls += 1
+            for x in items:
+                if isinstance(x, torch.Tensor) and x.numel():
+                    ptr = x.untyped_storage().data_ptr()
+                    earlier = alive.get(ptr)
+                    if earlier is not None and earlier[1]() is not None and earlier[0] != i:
+                        raise OutputRefused(
+                            "output_reused", f"call {i} returned the storage of call "
+                            f"{earlier[0]}'s output, still held by the candidate: outputs "
+                            "must be fresh work")
+                    alive[ptr] = (i, weakref.ref(x))
             if keep:
-                for x in items:
-                    if isinstance(x, torch.Tensor) and x.numel():
-                        ptr = x.untyped_storage().data_ptr()
-                        if seen.get(ptr, i) != i:
-                            raise OutputRefused(
-                                "output_reused", f"call {i} returned the storage of call "
-                                f"{seen[ptr]}'s output: outputs must be fresh work")
-                        seen[ptr] = i
-                batch.outputs.append((items, struct))
+                # a copy is kept, made outside the clock; the output itself is let go, so the
+                # next call allocates as it would in a loop that drops its results (keeping
+                # them would make every call's allocations fresh memory, which costs eager
+                # PyTorch more than a fused kernel)
+                batch.outputs.append(([x.detach().clone() if isinstance(x, torch.Tensor) else x
+                                       for x in items], struct))
             if after is not None:
                 after(i, args, items, struct)
+            del items  # the next call may reuse this output's memory, as in any loop
         return batch
 
 

@@ -68,8 +68,23 @@ def setup() -> None:
     # in) wraps torch.manual_seed: before the snapshot, so that it is not taken for the
     # candidate's tampering (on the H200 every compile worker was replaced after one task)
     importlib.import_module("torch._dynamo")  # not `import torch._dynamo`: that binds `torch` locally
+    same_allocator_settings()
     _baseline = _snapshot()
     _HARNESS.update(_snapshot_harness())
+
+
+def same_allocator_settings() -> None:
+    """The judge and the candidate's worker allocate host memory alike: the candidate's gates
+    keep freed blocks in glibc's heap (no trimming, no mmap below 32 MiB), and a judge left at
+    glibc's defaults paid page faults on every call instead (honest C++ rows measured 0.86x
+    against 0.68x in one plain loop)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None)
+        libc.mallopt(-1, 1 << 30)   # M_TRIM_THRESHOLD
+        libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD
+    except Exception:  # noqa: BLE001 - not glibc
+        pass
 
 
 def handle(task: dict) -> dict:
