@@ -155,9 +155,8 @@ def apply_limits(limits: dict, plan: dict | None = None, network: bool = False) 
     if limits.get("memory_gb"):
         m = int(limits["memory_gb"] * 2**30)
         resource.setrlimit(resource.RLIMIT_AS, (m, m))
-    if network and os.geteuid() == 0 and sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.unshare(CLONE_NEWNET)  # best effort: loopback-only, down; failure leaves it open
+    if network:
+        _unshare_net()
     if plan is not None:
         confine.apply(confine.Plan(**plan))  # best effort: no Landlock leaves writes open
 
@@ -176,12 +175,17 @@ def _preexec(limits: Limits, plan: "confine.Plan | None" = None):
     return run
 
 
+def _unshare_net() -> None:
+    """An empty network namespace (as root on Linux); best effort: loopback-only, down."""
+    if os.geteuid() == 0 and sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWNET)
+
+
 def _net_only(limits: Limits):
     """The fork server's own set-up: the network namespace, which its children inherit."""
     def run():
-        if limits.isolate_network and os.geteuid() == 0 and sys.platform.startswith("linux"):
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.unshare(CLONE_NEWNET)
+        if limits.isolate_network:
+            _unshare_net()
     return run
 
 

@@ -152,18 +152,11 @@ def kill_uid(uid: int) -> int:
     """SIGKILL every process of `uid` (a worker slot's): what its worker started, `setsid`
     daemons included. Returns how many were signalled."""
     n = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for pid in uid_pids(uid):
         try:
-            with open(f"/proc/{entry}/status") as fh:
-                for line in fh:
-                    if line.startswith("Uid:"):
-                        if int(line.split()[1]) == uid:
-                            os.kill(int(entry), signal.SIGKILL)
-                            n += 1
-                        break
-        except (OSError, ValueError, ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            n += 1
+        except (ProcessLookupError, PermissionError):
             continue
     return n
 

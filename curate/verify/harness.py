@@ -40,7 +40,8 @@ TIMERS = capture_timers()           # before any candidate code is imported
 from .compare import Comparison, compare, flatten_outputs  # noqa: E402
 from .hooks import (CandidateCall, CheckContext, is_out_of_memory, load_checks,  # noqa: E402
                     run_hook)
-from .calls import CallRunner, OutputRefused, output_bytes, reset_persisting_l2  # noqa: E402
+from .calls import (CallRunner, OutputRefused, output_bytes,  # noqa: E402
+                    reset_persisting_l2)
 from . import transport  # noqa: E402
 from .timing import L2Flush  # noqa: E402
 
@@ -192,14 +193,6 @@ def _to(x, device):
         return x.to(device)
     if isinstance(x, (list, tuple)):
         return type(x)(_to(v, device) for v in x)
-    return x
-
-
-def _clone(x):
-    if isinstance(x, torch.Tensor):
-        return x.clone()
-    if isinstance(x, (list, tuple)):
-        return type(x)(_clone(v) for v in x)
     return x
 
 
