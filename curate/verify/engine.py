@@ -491,14 +491,12 @@ class Verifier:
 
     def _task(self, row: dict, role: str, **extra) -> dict:
         key = row_key(row)
-        code_hash = hashlib.sha256(f"{row.get('kernel_code') or ''}\0{self.device}".encode()
-                                   ).hexdigest()[:20]
         t = {"role": role, "device": self.device, "backend": row.get("backend"),
              "pytorch_code": row.get("pytorch_code"), "kernel_code": row.get("kernel_code"),
              "seed_init": _seed(self.seed, key, "init"),
              "seeds": [_seed(self.seed, key, "trial", i) for i in range(self.trials)],
              "tag": key[:8], "gates": self.gates,
-             "extensions_dir": str(self.cache_dir / "ext" / code_hash),
+             "extensions_dir": self._row_cache(row)["TORCH_EXTENSIONS_DIR"],
              "keep_idle_gb": self.keep_idle_gb}
         t.update(extra)
         return t
