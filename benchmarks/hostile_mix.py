@@ -95,7 +95,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--runs", default="mixed,honest,hostile",
-                    help="which verify runs (one device call may not fit all three)")
+                    help="which verify runs (one device call may not fit all three: the runs "
+                         "left out are read from OUT.<run>.json of an earlier call)")
     ap.add_argument("--pairs-cache", type=Path, default=None,
                     help="synthesized KernelBench pairs: read if present, else written")
     args = ap.parse_args(argv)
@@ -117,12 +118,23 @@ def main(argv=None) -> int:
         honest += kb
         report["synth"] = info
     runs = set(args.runs.split(","))
-    mixed, wall_mixed = verify(interleave(honest, hostile), device, args.workers, args.timeout,
-                               "mixed") if "mixed" in runs else ({}, 0.0)
-    solo, wall_solo = verify(honest, device, args.workers, args.timeout, "honest-alone") \
-        if "honest" in runs else ({}, 0.0)
-    alone, wall_alone = verify(hostile, device, args.workers, args.timeout, "hostile-alone") \
-        if "hostile" in runs else ({}, 0.0)
+    out = args.out or ROOT / "benchmarks" / "results" / f"hostile_mix_{device}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plan = {"mixed": interleave(honest, hostile), "honest": honest, "hostile": hostile}
+    done = {}
+    for name, rows in plan.items():
+        part = out.with_suffix(f".{name}.json")  # each run's rows as soon as it ends
+        if name in runs:
+            res, wall = verify(rows, device, args.workers, args.timeout, name)
+            part.write_text(json.dumps({"rows": res, "wall_s": wall}, default=str))
+        elif part.exists():  # a run of an earlier call (one device call may not fit all three)
+            saved = json.loads(part.read_text())
+            res, wall = saved["rows"], saved["wall_s"]
+        else:
+            res, wall = {}, 0.0
+        done[name] = (res, wall)
+    (mixed, wall_mixed), (solo, wall_solo), (alone, wall_alone) = \
+        done["mixed"], done["honest"], done["hostile"]
     report["runs"] = {"mixed": mixed, "honest": solo, "hostile": alone}
     table, diffs = [], []
     for r in honest + hostile:
@@ -163,8 +175,6 @@ def main(argv=None) -> int:
               f"{fmt(t['solo_speedup'])} {fmt(t['mixed_speedup'])}  "
               f"{','.join((t['mixed_reasons'] or [])[:4])}")
     print(json.dumps(report["summary"], indent=1))
-    out = args.out or ROOT / "benchmarks" / "results" / f"hostile_mix_{device}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1, default=str))
     ok = (report["summary"]["honest_same_status"] == len(h)
           and report["summary"]["hostile_rejected"] == len(x))

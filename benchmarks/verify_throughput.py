@@ -89,12 +89,13 @@ def synthesize(rows: list[dict], device: str) -> tuple[list[dict], dict]:
 
 # -- verify --------------------------------------------------------------------------------------
 def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
-               cache_dir: str | None, keep_idle_gb: float | None = 1.0, label: str = "") -> dict:
+               cache_dir: str | None, keep_idle_gb: float | None = 1.0, label: str = "",
+               sandbox: str = "auto") -> dict:
     from curate.verify import Verifier
     t0 = time.monotonic()
     results = {}
     with Verifier(device=device, workers=workers, seed=seed, cache_dir=cache_dir,
-                  keep_idle_gb=keep_idle_gb) as v:
+                  keep_idle_gb=keep_idle_gb, sandbox=sandbox) as v:
         t_ready = time.monotonic()
         last = [time.monotonic()]
         stop = threading.Event()
@@ -123,7 +124,7 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
                  "compile_workers": v.compile_workers, "replaced": v.replaced,
                  "recycled": v.recycled, "confined": v.confined,
                  "confine_probe": v.confine_probe,
-                 "transport": v.transport}
+                 "transport": v.transport, "sandbox": v.sandbox}
     wall = time.monotonic() - t0
     timed = sum(r.timed_wall_s for r in results.values())
     return {
@@ -329,6 +330,8 @@ def main(argv=None) -> int:
                     help="with --pairs: verify only the first LIMIT pairs")
     ap.add_argument("--runs", type=int, default=2, choices=(1, 2),
                     help="verify runs (2 gives the speedup agreement)")
+    ap.add_argument("--sandbox", default="auto", choices=("auto", "strict", "off"),
+                    help="the verify runs' sandbox (off: no bubblewrap or worker uids)")
     ap.add_argument("--serial-one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.serial_one:
@@ -367,15 +370,18 @@ def main(argv=None) -> int:
 
     keep = None if args.keep_idle_gb.lower() == "none" else float(args.keep_idle_gb)
     report["keep_idle_gb"] = keep
+    report["sandbox_requested"] = args.sandbox
     save_partial(pairs=len(pairs))
-    run1 = run_verify(pairs, device, args.workers, args.seed, cache_dir, keep, "run1")
+    run1 = run_verify(pairs, device, args.workers, args.seed, cache_dir, keep, "run1",
+                      args.sandbox)
     print(f"verify run 1: {len(pairs)} pairs in {run1['wall_s']:.1f}s {run1['statuses']} "
           f"transport={run1['pool']['transport']} recycled={run1['pool']['recycled']} "
           f"phases={run1['phase_median_s']}")
     save_partial(run1=run1)
     run2 = None
     if args.runs == 2:
-        run2 = run_verify(pairs, device, args.workers, args.seed, cache_dir, keep, "run2")
+        run2 = run_verify(pairs, device, args.workers, args.seed, cache_dir, keep, "run2",
+                          args.sandbox)
         print(f"verify run 2: {len(pairs)} pairs in {run2['wall_s']:.1f}s {run2['statuses']} "
               f"recycled={run2['pool']['recycled']}")
         save_partial(run2=run2)
