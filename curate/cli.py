@@ -30,6 +30,7 @@ COMMANDS = {
     "synth": ("curate.synth.cli:synth", "Make candidate kernels (torch.compile, LLMs)."),
     "dedup": ("curate.dedup.cli:dedup", "Drop near duplicates and evaluation-set copies."),
     "verify": ("curate.verify.cli:verify", "Re-execute every pair in isolation; record its status."),
+    "select": ("curate.select.cli:select", "Keep the best verified samples of each problem."),
     "build": ("curate.build_cli:build", "Run the whole pipeline into a build directory."),
     "split-infill": ("curate.infill.cli:split_infill", "Cut kernels into prefix/core/suffix rows."),
     "card": ("curate.card.cli:card", "Render the dataset card (README.md) of a build."),

@@ -171,6 +171,13 @@ class Facts:
                  "seconds": s.get("seconds", 0.0), "reused": s.get("skipped", False)}
                 for s in self.stats.get("stages") or []]
 
+    def stage_extra(self, name: str) -> dict | None:
+        """What a stage reported beyond row counts (its `extra` in stats.json), if it ran."""
+        for s in self.stats.get("stages") or []:
+            if s.get("name") == name:
+                return s.get("extra") or {}
+        return None
+
     def rejection_reasons(self) -> list[dict]:
         """Every (stage, reason, count), largest first."""
         out = []

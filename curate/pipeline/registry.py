@@ -11,6 +11,7 @@ STEPS = {
     "synth-llm": "curate.synth.llm:LLMSynth",
     "dedup": "curate.dedup.step:Dedup",
     "verify": "curate.verify.step:Verify",
+    "select": "curate.select.step:Select",
     "keep": "curate.pipeline.keep:KeepVerified",
     "split-infill": "curate.infill.step:SplitInfill",
 }

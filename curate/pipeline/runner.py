@@ -125,6 +125,9 @@ class Runner:
         st = StageStats(step.name)
         t0 = time.monotonic()
         bar = Progress(f"[{idx:02d}] {step.name}", total, enabled=self.progress)
+        bind = getattr(step, "bind_dir", None)
+        if callable(bind):  # steps that keep files of their own in the build (synth-llm's cache)
+            bind(self.out_dir)
         if total:  # no workers or models for an empty table
             step.setup()
         try:
@@ -195,12 +198,13 @@ class Runner:
         for o in outcomes:
             for r in o.kept:
                 keep_rows.append(ensure_id(r))
-            if o.dropped is not None:
-                d = ensure_id(dict(o.dropped))
+            extra = [(x["row"], x["reasons"]) for x in getattr(o, "also_dropped", None) or []]
+            for row, reasons in ([(o.dropped, o.reasons)] if o.dropped is not None else []) + extra:
+                d = ensure_id(dict(row))
                 d["stage"] = stage
                 drop_rows.append(d)
                 st.dropped += 1
-                st.reasons.update(o.reasons or ["unspecified"])
+                st.reasons.update(reasons or ["unspecified"])
         st.statuses.update(r["status"] for r in keep_rows + drop_rows if r.get("status"))
         st.rows_out += len(keep_rows)
         kept.write(keep_rows)

@@ -31,6 +31,9 @@ class Outcome:
     kept: list[dict] = field(default_factory=list)
     dropped: dict | None = None
     reasons: list[str] = field(default_factory=list)
+    # further rows dropped for the same input row ({"row": ..., "reasons": [...]}), for steps
+    # that make several rows of one (synth-llm: every sample and turn)
+    also_dropped: list[dict] = field(default_factory=list)
 
     @classmethod
     def keep(cls, *rows: dict) -> "Outcome":
