@@ -93,6 +93,9 @@ class Runner:
         if done:
             return done
         self._begin(idx, source.name, out, rejected)
+        attach = getattr(source, "attach_ledger", None)
+        if callable(attach):  # a source that records its rows as they finish (scrape)
+            attach(self.ledger)
         st = StageStats(source.name)
         t0 = time.monotonic()
         bar = Progress(f"[{idx:02d}] {source.name}", enabled=self.progress)

@@ -1,0 +1,147 @@
+"""Argument deduction and the keep-gates, driven from the parent, run in sandboxed workers.
+
+Each class costs two tasks on a `fresh` WorkerPool (no process serves two tasks; workers are
+forked from a server that imported torch once, under bubblewrap with a uid of their own where
+this machine allows, and Landlock): `deduce` on the closure, then `check` on the finished
+program text, so that what is kept is what ran. The parent only renders text.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from .emit import program
+
+log = logging.getLogger("curate")
+
+HANDLER = "curate.sources.scrape.deduce_worker:handle"
+SETUP = "curate.sources.scrape.deduce_worker:setup"
+PRELOAD = ["torch", "curate.sources.scrape.deduce_worker"]
+UID_OFFSET = 1280  # slots' uids after verify's judge, candidate and compile pools
+
+
+@dataclass
+class Job:
+    """One class to deduce: its closure and the program's header line."""
+
+    closure: str
+    class_name: str
+    head: str
+    missing: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Verdict:
+    """A job's end: the program (kept) or the reason and last error (dropped)."""
+
+    program: str | None
+    reason: str | None
+    error: str | None = None
+    attempts: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class DeduceSettings:
+    timeout: float = 60.0
+    budget_s: float = 20.0
+    max_init: int = 30
+    max_forward: int = 40
+    max_params: int = 20_000_000
+    memory_gb: float = 6.0
+    graph_breaks: bool = False
+
+    def task(self) -> dict:
+        return {"budget_s": self.budget_s, "max_init": self.max_init,
+                "max_forward": self.max_forward, "max_params": self.max_params}
+
+
+def default_jobs() -> int:
+    return max(1, (os.cpu_count() or 2))
+
+
+class Deducer:
+    """A pool of sandboxed workers answering Jobs with Verdicts."""
+
+    def __init__(self, settings: DeduceSettings, jobs: int | None = None,
+                 sandbox: str = "auto"):
+        self.settings, self.jobs = settings, jobs or default_jobs()
+        self.sandbox_mode = sandbox
+        self.pool = None
+        self.sandbox = "none"
+
+    def start(self) -> None:
+        from ...isolation import Limits, WorkerPool
+        from ...isolation.sandbox import UID_BASE, bwrap_argv, probe
+        self._scratch = tempfile.mkdtemp(prefix="curate-scrape-")
+        wrap = None
+        if self.sandbox_mode != "off":
+            why = probe("cpu")
+            wrap = None if why else bwrap_argv([self._scratch], "cpu")
+            if wrap is None:
+                log.warning("scrape: NO SANDBOX around deduction workers (%s)", why)
+        limits = Limits(memory_gb=self.settings.memory_gb, confine=self.sandbox_mode != "off")
+        from ...isolation import confine
+        self.sandbox = "+".join([*(["bwrap+uid"] if wrap else []),
+                                 *(["landlock"] if limits.confine and confine.supported()
+                                   else [])]) or "none"
+        env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+        self.pool = WorkerPool(HANDLER, setup=SETUP, workers=self.jobs,
+                               timeout=self.settings.timeout, env=env, limits=limits,
+                               scratch_root=self._scratch, fresh=True, fork_server=PRELOAD,
+                               sandbox=wrap, uid_base=UID_BASE + UID_OFFSET if wrap else None)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+        if getattr(self, "_scratch", None):
+            import shutil
+            shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def run(self, jobs: list[Job]) -> Iterator[tuple[int, Verdict]]:
+        """(index, Verdict) as each job finishes."""
+        if not jobs:
+            return
+        if self.pool is None:
+            self.start()
+        with ThreadPoolExecutor(self.jobs) as ex:
+            futures = {ex.submit(self.one, j): i for i, j in enumerate(jobs)}
+            from concurrent.futures import as_completed
+            for fut in as_completed(futures):
+                yield futures[fut], fut.result()
+
+    def one(self, job: Job) -> Verdict:
+        task = {"role": "deduce", "program": job.closure, "class": job.class_name,
+                "missing": job.missing, **self.settings.task()}
+        got = self._call(task)
+        if not got.get("ok"):
+            return Verdict(None, got.get("reason") or "gave_up", got.get("error"),
+                           got.get("attempts", 0), got.get("seconds", 0.0))
+        text = program(job.closure, job.class_name, got["init"], got["kw_init"], got["inputs"],
+                       job.head)
+        checked = self._call({"role": "check", "program": text,
+                              "graph_breaks": self.settings.graph_breaks})
+        secs = got.get("seconds", 0.0) + checked.get("seconds", 0.0)
+        if not checked.get("ok"):
+            return Verdict(None, checked.get("reason") or "gave_up", checked.get("error"),
+                           got["attempts"], secs)
+        return Verdict(text, None, None, got["attempts"], secs)
+
+    def _call(self, task: dict) -> dict:
+        res = self.pool.call(task)
+        if res.status == "ok" and isinstance(res.value, dict):
+            return res.value
+        if res.status == "timeout":
+            return {"ok": False, "reason": "timeout",
+                    "error": f"no answer within {self.settings.timeout:.0f}s"}
+        text = (res.error or res.output or res.status or "")[-2000:]
+        low = text.lower()
+        if res.status == "crashed" and ("memory" in low or res.exit_code in (-9, 137)):
+            return {"ok": False, "reason": "too_large", "error": text or "worker killed"}
+        return {"ok": False, "reason": "crashed", "error": text or f"worker {res.status}"}

@@ -1,0 +1,373 @@
+"""Runs in a sandboxed worker (curate.isolation): the scraped code is untrusted.
+
+`deduce`: load a closure, find constructor arguments (defaults, names, then a search driven by
+the errors) and forward inputs (small tensors repaired from the exception messages: rank,
+channels, features, dtype, unpacking; restarts in other ranks), a bounded number of attempts,
+never the same state twice. `check`: run a finished KernelBench program as it will be run
+later: deterministic under a seed, output depending on the input, doing some compute.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import socket
+import sys
+import time
+import traceback
+import types
+import urllib.error
+
+from . import repair
+from .mocks import CONFIG_PARAMS, namespace
+
+PROGRAM = "<scraped>"
+
+
+class NeedsDownload(Exception):
+    """The module asked for weights or files from the network."""
+
+
+def _no_download(*args, **kwargs):
+    raise NeedsDownload(f"download attempted: {args[:1]!r}")
+
+
+def setup() -> None:
+    """Once per worker: torch imported, downloads refused before any scraped code runs."""
+    import torch
+    import torch.hub
+    import urllib.request
+    torch.set_num_threads(1)
+    for mod, names in ((torch.hub, ("load_state_dict_from_url", "download_url_to_file", "load")),
+                       (urllib.request, ("urlopen", "urlretrieve"))):
+        for n in names:
+            setattr(mod, n, _no_download)
+    try:
+        import torch.utils.model_zoo as zoo
+        zoo.load_url = _no_download
+    except ImportError:
+        pass
+
+
+def handle(task: dict) -> dict:
+    t0 = time.monotonic()
+    try:
+        out = check(task) if task.get("role") == "check" else deduce(task)
+    except BaseException as exc:  # noqa: BLE001 - the module's failure is the answer
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        out = {"ok": False, "reason": classify(exc, task), "error": _error_text(exc)}
+    out["seconds"] = round(time.monotonic() - t0, 3)
+    out["_recycle"] = True  # scraped code may have patched anything: never reuse the process
+    return out
+
+
+def load(program: str) -> dict:
+    mod = types.ModuleType("scraped")
+    mod.__dict__.update(namespace())
+    sys.modules["scraped"] = mod
+    exec(compile(program, PROGRAM, "exec"), mod.__dict__)  # noqa: S102 - sandboxed worker
+    return mod.__dict__
+
+
+def classify(exc: BaseException, task: dict) -> str:
+    """The reason for an exception that ends the attempt outright."""
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, (NeedsDownload, urllib.error.URLError, ConnectionError, socket.gaierror,
+                        FileNotFoundError, socket.timeout)):
+        return "needs_weights"
+    if isinstance(exc, MemoryError) or "can't allocate memory" in text or \
+            "not enough memory" in text:
+        return "too_large"
+    if isinstance(exc, ImportError):
+        return "import_error"
+    if isinstance(exc, NameError) and task.get("missing"):
+        return "missing_dependency"
+    return "gave_up"
+
+
+def _error_text(exc: BaseException) -> str:
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-4)
+    return "".join(tb)[-2000:]
+
+
+# -- constructor ---------------------------------------------------------------------------
+
+def _init_params(cls) -> tuple[list[inspect.Parameter], list[inspect.Parameter]]:
+    try:
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return [], []
+    pos = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+           and p.default is p.empty]
+    kw = [p for p in params if p.kind == p.KEYWORD_ONLY and p.default is p.empty]
+    return pos, kw
+
+
+def _choices(p: inspect.Parameter, guess) -> list:
+    """Values to try for a constructor parameter, most likely first (as source text)."""
+    name = p.name.lower()
+    ann = p.annotation if isinstance(p.annotation, type) else None
+    first = []
+    if name in CONFIG_PARAMS or "config" in name or "cfg" in name:
+        first.append(f"_Mock({p.name!r})")
+    if ann is bool:
+        first += ["False", "True"]
+    elif ann is float:
+        first += ["0.5", "1.0"]
+    elif ann is str:
+        first += ["'relu'", "'mean'"]
+    elif ann in (tuple, list):
+        first += ["(4, 4)", "[4, 4]"]
+    first.append(repr(guess(p.name)))
+    rest = ["4", "1", "2", "8", "3", "16", "0.5", "True", "False", "(4, 4)", "[4, 4]", "'relu'",
+            "None", "32", "64", "0"]
+    return list(dict.fromkeys(first + rest))
+
+
+class InitSearch:
+    """Constructor arguments: defaults kept, required ones guessed from their names, then moved
+    one at a time to other values as the errors point at them; never the same state twice."""
+
+    MISSING = re.compile(r"missing \d+ required (?:positional|keyword-only) arguments?: (.*)")
+
+    def __init__(self, ns: dict, cls, task: dict):
+        self.ns, self.cls, self.task = ns, cls, task
+        self.pos, self.kw = _init_params(cls)
+        self.options = [_choices(p, ns["_guess"]) for p in self.pos + self.kw]
+        self.state: tuple | None = tuple(0 for _ in self.options)
+        self.seen: set = set()
+        self.attempts, self.last = 0, None
+
+    def next_model(self, budget_s: float):
+        """The next model that constructs, or raises the last error."""
+        deadline = time.monotonic() + budget_s
+        while self.state is not None and self.attempts < self.task.get("max_init", 30) \
+                and time.monotonic() < deadline:
+            state, self.state = self.state, None
+            self.seen.add(state)
+            self.attempts += 1
+            texts = [self.options[i][j] for i, j in enumerate(state)]
+            try:
+                model, texts = self._build(texts)
+                self.current = state
+                return model, texts
+            except (NeedsDownload, MemoryError, ImportError, FileNotFoundError,
+                    urllib.error.URLError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - try the next arguments
+                self.last = exc
+                self.state = self._grow(exc) or self.advance(state, exc)
+        raise self.last if self.last is not None else RuntimeError("no constructor arguments")
+
+    def _build(self, texts: list[str]):
+        import torch
+        n = len(self.pos)
+        args = [eval(t, self.ns) for t in texts[:n]]  # noqa: S307 - our own literals
+        kwargs = {p.name: eval(t, self.ns) for p, t in zip(self.kw, texts[n:])}  # noqa: S307
+        torch.manual_seed(0)
+        model = self.cls(*args, **kwargs)
+        # a config mock now holds what the constructor asked of it: say so in the program
+        texts = [repr(v) if type(v).__name__ == "_Mock" else t
+                 for v, t in zip([*args, *kwargs.values()], texts)]
+        return model, texts
+
+    def _grow(self, exc) -> tuple | None:
+        """`__init__(*args, **kwargs)` passing on to a base that names what it misses."""
+        m = self.MISSING.search(str(exc))
+        if not m or not isinstance(exc, TypeError):
+            return None
+        names = [n for n in re.findall(r"'(\w+)'", m.group(1))
+                 if n not in {p.name for p in self.pos + self.kw}]
+        if not names:
+            return None
+        keyword = "keyword-only" in m.group(0)
+        new = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY if keyword else
+                                 inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
+        if keyword:
+            self.kw += new
+        else:
+            self.pos += new
+        self.options = [_choices(p, self.ns["_guess"]) for p in self.pos + self.kw]
+        self.seen = set()
+        return tuple(0 for _ in self.options)
+
+    def advance(self, state, exc) -> tuple | None:
+        """Move the parameter the error names (or its failing line mentions) on."""
+        params = self.pos + self.kw
+        tb = traceback.extract_tb(exc.__traceback__)
+        lines = " ".join(f.line or "" for f in tb if f.filename == PROGRAM)
+        text = f"{exc} {lines}"
+        order = [i for i, p in enumerate(params) if p.name in text]
+        order += [i for i in range(len(params)) if i not in order]
+        for i in order:
+            for j in range(state[i] + 1, len(self.options[i])):
+                new = state[:i] + (j,) + state[i + 1:]
+                if new not in self.seen:
+                    return new
+        return None
+
+
+# -- forward -------------------------------------------------------------------------------
+
+def forward_arity(model) -> tuple[list[str], bool] | str:
+    """(names of the required positional inputs, takes *args) or a reason."""
+    import torch
+    if type(model).forward is torch.nn.Module.forward:
+        return "no_forward"
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        return "no_forward"
+    if any(p.kind == p.KEYWORD_ONLY and p.default is p.empty for p in params):
+        return "forward_kwargs"
+    pos = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+           and p.default is p.empty]
+    star = any(p.kind == p.VAR_POSITIONAL for p in params)
+    if not pos and not star and any(p.kind == p.VAR_KEYWORD for p in params):
+        return "forward_kwargs"
+    return pos, star
+
+
+def find_inputs(model, names: list[str], task: dict, budget_s: float):
+    """(inputs source text, attempts) or raises the last error."""
+    import torch
+    stack = list(reversed(repair.restarts(names)))
+    seen, last, attempts = set(), None, 0
+    deadline = time.monotonic() + budget_s
+    while stack and attempts < task.get("max_forward", 40) and time.monotonic() < deadline:
+        state = stack.pop()
+        if state in seen:
+            continue
+        seen.add(state)
+        if repair.numel(state) > task.get("max_input_numel", 1 << 24):
+            continue
+        attempts += 1
+        text = repair.render(state)
+        try:
+            torch.manual_seed(1)
+            inputs = eval(text, {"torch": torch})  # noqa: S307 - our own text
+            with torch.no_grad():
+                model(*inputs)
+            return text, attempts
+        except (NeedsDownload, MemoryError, ImportError, FileNotFoundError, urllib.error.URLError,
+                NotImplementedError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - repair the inputs from the message
+            last = exc
+            for new in reversed(repair.repairs(state, f"{type(exc).__name__}: {exc}")):
+                if new not in seen:
+                    stack.append(new)
+    if last is None:
+        raise RuntimeError("no input shapes left to try")
+    raise last
+
+
+def _count_params(model) -> int:
+    import torch
+    lazy = torch.nn.parameter.UninitializedParameter
+    return sum(p.numel() for p in model.parameters() if not isinstance(p, lazy))
+
+
+def deduce(task: dict) -> dict:
+    """Constructor arguments, then inputs; a forward that no input fits moves the constructor
+    on (its arguments may be what the forward trips over), a few times."""
+    ns = load(task["program"])
+    search = InitSearch(ns, ns[task["class"]], task)
+    budget = task.get("budget_s", 20)
+    deadline = time.monotonic() + budget
+    last, fwd_attempts = None, 0
+    for _ in range(task.get("init_rounds", 3)):
+        try:
+            model, init = search.next_model(max(1.0, deadline - time.monotonic()))
+        except Exception:  # noqa: BLE001 - no further constructor arguments construct
+            if last is None:
+                raise
+            break
+        n_params = _count_params(model)
+        if n_params > task.get("max_params", 20_000_000):
+            return {"ok": False, "reason": "too_large", "error": f"{n_params} parameters"}
+        arity = forward_arity(model)
+        if isinstance(arity, str):
+            return {"ok": False, "reason": arity, "error": f"forward of {task['class']}: {arity}"}
+        names, star = arity
+        if not names and not star:
+            return {"ok": False, "reason": "output_ignores_input", "error": "forward takes no input"}
+        try:
+            inputs, n = find_inputs(model, names or ["x"], task,
+                                    max(1.0, deadline - time.monotonic()))
+        except NotImplementedError as exc:
+            return {"ok": False, "reason": "no_forward", "error": _error_text(exc)}
+        except (NeedsDownload, MemoryError, ImportError, FileNotFoundError,
+                urllib.error.URLError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - try other constructor arguments
+            last, fwd_attempts = exc, fwd_attempts + task.get("max_forward", 40)
+            search.state = search.advance(search.current, exc)
+            if time.monotonic() > deadline:
+                break
+            continue
+        return {"ok": True, "init": init, "kw_init": [p.name for p in search.kw],
+                "inputs": inputs, "params": n_params, "attempts": search.attempts + n}
+    raise last
+
+
+# -- check ---------------------------------------------------------------------------------
+
+def _tensors(obj) -> list:
+    import torch
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    if isinstance(obj, (list, tuple)):
+        return [t for o in obj for t in _tensors(o)]
+    return []
+
+
+def _same(a: list, b: list) -> bool:
+    import torch
+    return len(a) == len(b) and all(
+        x.shape == y.shape and x.dtype == y.dtype and torch.equal(
+            torch.nan_to_num(x.detach().float()), torch.nan_to_num(y.detach().float()))
+        for x, y in zip(a, b))
+
+
+def _run(ns: dict, model_seed: int, input_seed: int, model=None):
+    import torch
+    if model is None:
+        torch.manual_seed(model_seed)
+        model = ns["Model"](*ns["get_init_inputs"]())
+    torch.manual_seed(input_seed)
+    inputs = ns["get_inputs"]()
+    torch.manual_seed(input_seed)
+    with torch.no_grad():
+        out = model(*inputs)
+    return model, inputs, _tensors(out)
+
+
+def check(task: dict) -> dict:
+    """The gates a kept program passes, run on the program text itself."""
+    ns = load(task["program"])
+    model, inputs, out1 = _run(ns, 0, 1)
+    if not out1:
+        return {"ok": False, "reason": "no_compute", "error": "forward returns no tensor"}
+    if all(any(_same([o], [i]) for i in _tensors(inputs)) for o in out1):
+        return {"ok": False, "reason": "no_compute", "error": "forward returns its input"}
+    _, _, out2 = _run(ns, 0, 1)
+    if not _same(out1, out2):
+        return {"ok": False, "reason": "nondeterministic",
+                "error": "two runs under the same seed differ"}
+    _, _, out3 = _run(ns, 0, 2, model)
+    if _same(out1, out3):
+        return {"ok": False, "reason": "output_ignores_input",
+                "error": "other inputs gave the same output"}
+    if task.get("graph_breaks"):
+        import torch
+        import torch._dynamo
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(model)(*inputs)
+        if explained.graph_break_count:
+            why = "; ".join(str(b.reason) for b in explained.break_reasons[:3])
+            return {"ok": False, "reason": "graph_break", "error": why[:2000]}
+    return {"ok": True, "outputs": [list(t.shape) for t in out1]}
