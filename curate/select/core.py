@@ -26,7 +26,8 @@ def _polars():
     try:
         import polars as pl
     except ModuleNotFoundError:
-        raise NotAvailable("select needs polars: pip install polars (or 'curate[llm]')") from None
+        raise NotAvailable("select needs polars, a dependency of curate: "
+                           "pip install polars") from None
     return pl
 
 

@@ -84,8 +84,8 @@ def _openai():
     try:
         import openai
     except ModuleNotFoundError:
-        raise NotAvailable("synth-llm needs the openai client: pip install 'curate[llm]' "
-                           "(or pip install openai)") from None
+        raise NotAvailable("synth-llm needs the openai client, a dependency of curate: "
+                           "pip install openai") from None
     return openai
 
 
