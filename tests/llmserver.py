@@ -61,6 +61,12 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):  # keep test output clean
         pass
 
+    def setup(self):
+        super().setup()
+        # headers and body go out in separate writes: without this, Nagle's algorithm holds
+        # the body back until the client's delayed ACK (40 ms a reply); uvicorn sets it too
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def do_GET(self):
         if self.path.rstrip("/").endswith("/models"):
             self._json(200, {"object": "list", "data": [{"id": "replay", "object": "model"}]})
@@ -232,6 +238,15 @@ class Replay:
         return path.read_text(), side.read_text() if side.is_file() else None
 
 
+def fixed_reply(chars: int) -> str:
+    """A reply of about `chars` characters: prose and a fenced program (throughput runs)."""
+    line = "    out = out * 1.0001 + 0.0001  # filler that a kernel would hold\n"
+    body = line * max(1, (chars - 200) // len(line))
+    return ("Here is the program:\n\n```python\nimport torch.nn as nn\n\n\n"
+            "class ModelNew(nn.Module):\n  def forward(self, out):\n" + body
+            + "    return out\n```\n")
+
+
 def backend_of(req: dict) -> str:
     """The backend the prompt asks for: an explicit `Backend: cuda|triton` line (the bundled
     templates write one), else whichever the system and first user message name."""
@@ -289,15 +304,23 @@ class LLMServer:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description="Serve a replay folder as an OpenAI chat server.")
-    ap.add_argument("--replay", required=True, help="folder laid out as tests/fixtures/llm_replay")
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("--replay", help="folder laid out as tests/fixtures/llm_replay")
+    what.add_argument("--fixed", type=int, metavar="CHARS",
+                      help="answer every request with a program of about CHARS characters")
     ap.add_argument("--examples", default=None, help="the examples the problems are named after")
     ap.add_argument("--port", type=int, default=8011)
     ap.add_argument("--host", default="127.0.0.1")
     args = ap.parse_args()
-    replay = Replay(args.replay, args.examples)
-    server = LLMServer(replay, port=args.port, host=args.host)
-    print(f"serving {len(replay.files)} problem/backend folders of {args.replay} at {server.url}",
-          flush=True)
+    if args.replay:
+        reply = Replay(args.replay, args.examples)
+        what = f"{len(reply.files)} problem/backend folders of {args.replay}"
+    else:
+        text = fixed_reply(args.fixed)
+        reply = lambda req: (text, None)  # noqa: E731
+        what = f"a fixed reply of {len(text)} characters"
+    server = LLMServer(reply, port=args.port, host=args.host)
+    print(f"serving {what} at {server.url}", flush=True)
     try:
         server.httpd.serve_forever()
     except KeyboardInterrupt:
