@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 
 THINK = re.compile(r"<think>(.*?)(?:</think>|\Z)", re.S)
-FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+.#-]*)[^\n]*\n(.*?)(?:^[ \t]*\1[ \t]*$|\Z)",
-                   re.S | re.M)
+FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+.#-]*)[^\n]*\n(.*?)"
+                   r"(?:(?P<close>^[ \t]*\1[ \t]*$)|\Z)", re.S | re.M)
 CODE_START = re.compile(r"^(import |from \S+ import |@triton|class |def |[A-Za-z_]\w* = )")
 TARGET = "ModelNew"
 
@@ -38,10 +38,11 @@ def split_reasoning(content: str, reasoning_field: str | None = None) -> tuple[s
     return answer.strip(), "\n\n".join(parts) or None
 
 
-def fenced_blocks(text: str) -> list[tuple[str, str]]:
-    """(language, body) for every fenced block, in order; a block the token limit cut off
-    runs to the end of the text."""
-    return [(m.group(2).lower(), m.group(3)) for m in FENCE.finditer(text)]
+def fenced_blocks(text: str) -> list[tuple[str, str, bool]]:
+    """(language, body, closed) for every fenced block, in order; a block the token limit cut
+    off runs to the end of the text, unclosed."""
+    return [(m.group(2).lower(), m.group(3), m.group("close") is not None)
+            for m in FENCE.finditer(text)]
 
 
 def defines(code: str, name: str = TARGET) -> bool:
@@ -69,15 +70,17 @@ def extract_program(content: str, reasoning_field: str | None = None,
                     finish_reason: str | None = None, name: str = TARGET) -> Extracted:
     answer, reasoning = split_reasoning(content or "", reasoning_field)
     blocks = fenced_blocks(answer)
-    for lang, body in reversed(blocks):
-        if lang in ("", "python", "py", "python3") and defines(body, name):
+    cut = finish_reason == "length"  # the last lines may be missing yet still parse
+    for lang, body, closed in reversed(blocks):
+        if lang in ("", "python", "py", "python3") and defines(body, name) and (closed or not cut):
             return Extracted(body.strip("\n") + "\n", reasoning, None)
-    unfenced = longest_program(FENCE.sub("", answer) if blocks else answer, name)
+    unfenced = None if cut else longest_program(FENCE.sub("", answer) if blocks else answer,
+                                                name)
     if unfenced:
         return Extracted(unfenced, reasoning, None)
-    if finish_reason == "length":
+    if cut:
         return Extracted(None, reasoning, "synth:truncated")
-    if any(f"class {name}" in body for _, body in blocks) or f"class {name}" in answer:
+    if any(f"class {name}" in body for _, body, _ in blocks) or f"class {name}" in answer:
         return Extracted(None, reasoning, "synth:syntax_error")
     return Extracted(None, reasoning, "synth:no_code")
 
@@ -87,7 +90,7 @@ def extract_core(content: str, reasoning_field: str | None = None,
     """Infilling replies: the core is the reply's last fenced block (any language)."""
     answer, reasoning = split_reasoning(content or "", reasoning_field)
     blocks = [b for b in fenced_blocks(answer) if b[1].strip()]
-    if blocks:
+    if blocks and (blocks[-1][2] or finish_reason != "length"):
         return Extracted(blocks[-1][1], reasoning, None)
     return Extracted(None, reasoning, "synth:truncated" if finish_reason == "length"
                      else "synth:no_code")

@@ -84,6 +84,11 @@ class LLMSynth(Step):
         self.batch_size = int(batch_size)
         self._refine_args = dict(timeout=verify_timeout, workers=verify_workers, sandbox=sandbox)
         self.resources = Resources(cpus=1, gpus=1 if turns > 1 and device == "cuda" else 0)
+        self.api_key = os.environ.get(api_key_env) if api_key_env else None
+        if not self.api_key and not base_url:  # before any work: build checks steps first
+            raise BadInput(f"${api_key_env or 'OPENAI_API_KEY'} is not set and no base URL is "
+                           "given", fix=f"export {api_key_env or 'OPENAI_API_KEY'}=... for "
+                           "OpenAI, or --base-url http://HOST:PORT/v1 for a vLLM or SGLang server")
         self.cache: ResponseCache | None = None
         self.refiner: Refiner | None = None
         self.counts: Counter = Counter()
@@ -102,11 +107,6 @@ class LLMSynth(Step):
             self.cache_path = str(Path(out_dir) / CACHE_FILE)
 
     def setup(self) -> None:
-        self.api_key = os.environ.get(self.api_key_env) if self.api_key_env else None
-        if not self.api_key and not self.base_url:
-            raise BadInput(f"${self.api_key_env} is not set and no base URL is given",
-                           fix=f"export {self.api_key_env}=... for OpenAI, or --base-url "
-                           "http://HOST:PORT/v1 for a vLLM or SGLang server")
         self.cache = ResponseCache(self.cache_path or ":memory:")
         if self.turns > 1:
             self.refiner = Refiner(self.device, self.cache, **self._refine_args)
