@@ -144,6 +144,7 @@ class ClosureBuilder:
         self.imports: list[str] = ["import torch"]
         self.body: list[str] = []
         self.result = Closure("", "")
+        self.dunders: set[str] = set()
 
     # -- names ---------------------------------------------------------------------------
     def _claim(self, key, names) -> dict[str, str]:
@@ -163,7 +164,9 @@ class ClosureBuilder:
         """The emitted name that `name` of `mod` refers to (visiting what it needs)."""
         hit = self.repo.find(mod.name, name)
         if hit is None:
-            if not hasattr(builtins, name) and not name.startswith("__"):
+            if name.startswith("__"):
+                self.dunders.add(name)
+            elif not hasattr(builtins, name):
                 self.result.unresolved.append(name)
             return None
         owner, _ = hit
@@ -239,7 +242,7 @@ class ClosureBuilder:
         self.state[key] = "done"
         new = self._claim(key, [bound])[bound]
         if new != bound and isinstance(imp, ast.Import) and not alias.asname:
-            new = bound  # `import a.b` binds `a`: cannot be renamed
+            new = self.emitted[key][bound] = bound  # `import a.b` binds `a`: not renamed
         if isinstance(imp, ast.Import):
             text = f"import {alias.name}" + (f" as {new}" if alias.asname or new != bound else "")
         else:
@@ -264,7 +267,10 @@ class ClosureBuilder:
             self.state[key] = "done"
             return names
         renames, chains = dict(names), {}
-        for free in sorted(free_names(node) - set(unit.binds)):
+        cache = self.repo.free_names
+        if key not in cache:  # the same statements recur in every class of a repository
+            cache[key] = free_names(node)
+        for free in sorted(cache[key] - set(unit.binds)):
             got = self.resolve(mod, free, node, chains)
             if got and got != free:
                 renames[free] = got
@@ -286,6 +292,8 @@ def build_closure(repo: Repository, ref: ClassRef) -> Closure:
     names = b.visit(mod, unit)
     res = b.result
     parts = ["\n".join(b.imports)]
+    if "__file__" in b.dunders:  # read at import time: a program from text has none
+        parts.append('__file__ = globals().get("__file__", "scraped.py")')
     if res.uses_mock:
         parts.append(MOCK_SOURCE.strip())
     parts += b.body

@@ -64,6 +64,7 @@ def handle(task: dict) -> dict:
 
 def load(program: str) -> dict:
     mod = types.ModuleType("scraped")
+    mod.__file__ = "scraped.py"
     mod.__dict__.update(namespace())
     sys.modules["scraped"] = mod
     exec(compile(program, PROGRAM, "exec"), mod.__dict__)  # noqa: S102 - sandboxed worker
@@ -109,7 +110,7 @@ def _choices(p: inspect.Parameter, guess) -> list:
     name = p.name.lower()
     ann = p.annotation if isinstance(p.annotation, type) else None
     first = []
-    if name in CONFIG_PARAMS or "config" in name or "cfg" in name:
+    if name in CONFIG_PARAMS or any(w in name for w in ("config", "cfg", "cnf", "setting")):
         first.append(f"_Mock({p.name!r})")
     if ann is bool:
         first += ["False", "True"]
@@ -121,8 +122,29 @@ def _choices(p: inspect.Parameter, guess) -> list:
         first += ["(4, 4)", "[4, 4]"]
     first.append(repr(guess(p.name)))
     rest = ["4", "1", "2", "8", "3", "16", "0.5", "True", "False", "(4, 4)", "[4, 4]", "'relu'",
-            "None", "32", "64", "0"]
+            "None", "32", "64", f"_Mock({p.name!r})", "[4, 4, 4, 4]", "0"]
     return list(dict.fromkeys(first + rest))
+
+
+# what an error says about the value it wanted: (message pattern, test on an option's text)
+WANTS = [
+    (re.compile(r"not iterable|not subscriptable|has no len|cannot unpack non-iterable|"
+                r"should not be empty|must be a (?:list|tuple|sequence)"),
+     lambda t: t.startswith(("[", "("))),
+    (re.compile(r"'(?:int|float|bool|NoneType|tuple|list|str)' object has no attribute"),
+     lambda t: t.startswith("_Mock(")),
+    (re.compile(r"must be int, not float|'float' object cannot be interpreted as an integer|"
+                r"expected int|integer argument expected"), lambda t: t.isdigit()),
+    (re.compile(r"NoneType"), lambda t: t != "None"),
+    (re.compile(r"must be (?:a )?str|expected str"), lambda t: t.startswith("'")),
+]
+
+
+def _wanted(message: str):
+    for pattern, test in WANTS:
+        if pattern.search(message):
+            return test
+    return None
 
 
 class InitSearch:
@@ -181,7 +203,8 @@ class InitSearch:
                  if n not in {p.name for p in self.pos + self.kw}]
         if not names:
             return None
-        keyword = "keyword-only" in m.group(0)
+        # a constructor taking **kwargs passes them on by name
+        keyword = "keyword-only" in m.group(0) or self._takes_kwargs()
         new = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY if keyword else
                                  inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
         if keyword:
@@ -192,6 +215,13 @@ class InitSearch:
         self.seen = set()
         return tuple(0 for _ in self.options)
 
+    def _takes_kwargs(self) -> bool:
+        try:
+            params = inspect.signature(self.cls.__init__).parameters.values()
+        except (TypeError, ValueError):
+            return False
+        return any(p.kind == p.VAR_KEYWORD for p in params)
+
     def advance(self, state, exc) -> tuple | None:
         """Move the parameter the error names (or its failing line mentions) on."""
         params = self.pos + self.kw
@@ -200,6 +230,12 @@ class InitSearch:
         text = f"{exc} {lines}"
         order = [i for i, p in enumerate(params) if p.name in text]
         order += [i for i in range(len(params)) if i not in order]
+        wanted = _wanted(str(exc))
+        for i in order if wanted else []:  # jump to the kind of value the error asks for
+            for j, opt in enumerate(self.options[i]):
+                new = state[:i] + (j,) + state[i + 1:]
+                if j != state[i] and wanted(opt) and new not in self.seen:
+                    return new
         for i in order:
             for j in range(state[i] + 1, len(self.options[i])):
                 new = state[:i] + (j,) + state[i + 1:]

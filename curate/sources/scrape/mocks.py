@@ -40,7 +40,8 @@ def _guess(key):
         return 2
     if any(w in k for w in ("layers", "depth", "blocks", "n_layer", "num_layer")):
         return 1
-    if any(w in k for w in ("lr", "rate", "alpha", "beta", "gamma", "scale", "temp", "weight")):
+    if k in ("lr", "learning_rate") or any(
+            w in k for w in ("alpha", "beta", "gamma", "scale", "temp", "weight_decay")):
         return 1.0
     if any(w in k for w in ("mode", "type", "name", "method", "path", "dir", "file", "norm")):
         return None

@@ -146,6 +146,7 @@ class Repository:
     root: Path
     modules: dict[str, ModuleInfo]
     files_scanned: int = 0
+    free_names: dict = field(default_factory=dict)  # (module, unit) -> names it reads
 
     @classmethod
     def scan(cls, root: Path) -> "Repository":
