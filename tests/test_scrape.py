@@ -260,3 +260,23 @@ def test_help_has_example():
     res = CliRunner().invoke(main, ["scrape", "--help"])
     assert res.exit_code == 0 and "Example:" in res.output and "curate scrape" in res.output
     assert "--from-list" in res.output and "--jobs" in res.output and "--limit" in res.output
+
+
+def test_card_summarizes_scraped_provenance(tmp_path):
+    from curate.card import render_card
+    from tests.test_card import make_build
+    build = make_build(tmp_path)  # 5 of its 30 kept pairs are scraped, 2 with no license
+    body = render_card(build, repo_id="org/cuke").path.read_text()
+    assert "5 reference programs were scraped from 4 repositories" in body
+    assert "for 2 of them no license file was found" in body
+
+
+def test_example_pipeline_builds_its_stages():
+    from curate.pipeline import config as pconfig
+    spec = pconfig.load_pipeline(Path(__file__).parents[1] / "pipelines" / "scrape-example.yaml",
+                                 device="cpu")
+    source = pconfig.build_source(spec)
+    assert isinstance(source, ScrapeSource) and source.limit == 40
+    assert Path(source.specs[0].location).is_dir()  # @torch-nn found from the installed torch
+    assert [s.name for s in pconfig.build_steps(spec)] == ["synth-inductor", "dedup", "verify",
+                                                          "keep"]

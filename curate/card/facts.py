@@ -230,6 +230,16 @@ class Facts:
     def licenses(self) -> list[tuple[str, int]]:
         return self.counter("license")
 
+    def scraped(self) -> dict | None:
+        """Kept pairs whose reference was scraped: how many, from how many repositories, and
+        how many have no license recognized in their repository's license files."""
+        src, repo, lic = (self.rows.get(c) or [] for c in ("source", "repo", "license"))
+        idx = [i for i, s in enumerate(src) if s == "scrape"]
+        if not idx:
+            return None
+        return {"pairs": len(idx), "repos": len({repo[i] for i in idx if i < len(repo)}),
+                "unknown": sum(1 for i in idx if i >= len(lic) or lic[i] is None)}
+
     def hub_licenses(self) -> list[str]:
         """The front matter's `license`: every license present, mapped to Hub ids, honestly."""
         ids = []
