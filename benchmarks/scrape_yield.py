@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import logging
 import os
 import platform
 import sys
@@ -68,11 +69,11 @@ def machine() -> dict:
 
 
 def run_target(name: str, path: Path, jobs: int | None, limit: int | None,
-               timeout: float, work: Path) -> dict:
+               sample: int | None, timeout: float, work: Path) -> dict:
     out = work / f"{name}.jsonl"
     rej = work / f"{name}.rejected.jsonl"
     src = ScrapeSource([str(path)], jobs=jobs, limit=limit, timeout=timeout,
-                       cache_dir=str(work / "clones"))
+                       cache_dir=str(work / "clones"), sample=sample)
     runner = Runner(work, ledger_path=work / f"{name}.ledger.sqlite", progress=True)
     t0 = time.monotonic()
     try:
@@ -112,11 +113,15 @@ def main(argv=None) -> int:
     ap.add_argument("--targets", nargs="+", default=list(TARGETS), choices=TARGETS)
     ap.add_argument("--jobs", type=int, default=None, help="workers (default: the CPU count)")
     ap.add_argument("--limit", type=int, default=None, help="classes per target, at most")
+    ap.add_argument("--sample", nargs="*", default=[], metavar="TARGET=N",
+                    help="a seeded random sample of N classes of TARGET (e.g. timm=250)")
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks/results/scrape_yield.json")
     ap.add_argument("--keep-tables", type=Path, default=None,
                     help="write the scraped tables into this folder (default: a temporary one)")
     args = ap.parse_args(argv)
+    samples = {k: int(v) for k, v in (s.split("=") for s in args.sample)}
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     results = []
     with tempfile.TemporaryDirectory(prefix="scrape-yield-") as tmp:
         work = args.keep_tables or Path(tmp)
@@ -126,17 +131,27 @@ def main(argv=None) -> int:
             if path is None or not path.is_dir():
                 print(f"{name}: not installed here, skipped", file=sys.stderr)
                 continue
-            results.append(run_target(name, path, args.jobs, args.limit, args.timeout, work))
+            results.append(run_target(name, path, args.jobs, args.limit, samples.get(name),
+                                      args.timeout, work))
+            results[-1]["sample"] = samples.get(name)
             print(table(results[-1:]), flush=True)
+            write(args, results)  # after every target: a long run cut short keeps its figures
     print()
     print(table(results))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def write(args, results: list[dict]) -> None:
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = None
     doc = {"benchmark": "scrape_yield", "machine": machine(), "jobs": args.jobs or os.cpu_count(),
-           "limit": args.limit, "timeout_s": args.timeout,
+           "limit": args.limit, "timeout_s": args.timeout, "load_average_1min_at_end": load,
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"wrote {args.out}")
-    return 0
 
 
 if __name__ == "__main__":

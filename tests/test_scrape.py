@@ -280,3 +280,9 @@ def test_example_pipeline_builds_its_stages():
     assert Path(source.specs[0].location).is_dir()  # @torch-nn found from the installed torch
     assert [s.name for s in pconfig.build_steps(spec)] == ["synth-inductor", "dedup", "verify",
                                                           "keep"]
+
+
+def test_card_explains_scrape_reasons():
+    from curate.card.reasons import meaning
+    for reason in ["scrape:gave_up", *REASONS.values(), "license_unknown:no_license_file"]:
+        assert "not described" not in meaning(reason), reason

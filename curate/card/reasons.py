@@ -29,6 +29,8 @@ REASONS: dict[str, tuple[str, str]] = {
     "syntax_error:*": (FAIL, "the candidate does not parse"),
     "synth:*": (FAIL, "synthesis could not write a standalone candidate (no kernel of its own, "
                       "code it does not support)"),
+    "scrape:*": (FAIL, "a scraped class did not become a runnable, deterministic, input-dependent "
+                       "KernelBench program (docs/scrape.md lists the reasons)"),
     # dynamic gates (launch hooks, ghost runs, repeated calls)
     "no_custom_kernel_ran": (FAIL, "no custom kernel ran during forward"),
     "cuda_kernel_not_launched": (FAIL, "the CUDA kernel was never launched during forward"),
@@ -74,6 +76,8 @@ REASONS: dict[str, tuple[str, str]] = {
                               "generated program"),
     "torch_ops_in_extension": (WARN, "the extension's C++ calls ATen ops beside its own kernel"),
     "kernel_unused:*": (WARN, "a kernel is defined but never launched (dead code)"),
+    "license_unknown:*": (WARN, "no license was recognized for the reference's repository (no "
+                                "license file, or a text that matches no SPDX license)"),
     "tf32": (WARN, "the candidate enables TF32 matmuls"),
     "side_stream": (WARN, "work on a side stream, joined back before forward returns"),
     "output_depends_on_history": (WARN, "outputs depend on earlier calls (state kept between "

@@ -46,7 +46,7 @@ class ScrapeSource(Source):
     def __init__(self, paths: Iterable[str] = (), from_list: str | None = None,
                  jobs: int | None = None, limit: int | None = None, timeout: float = 60.0,
                  graph_breaks: bool = False, sandbox: str = "auto",
-                 cache_dir: str | None = None):
+                 cache_dir: str | None = None, sample: int | None = None):
         self.specs = [RepoSpec(resolve_location(str(p))) for p in paths]
         if from_list:
             self.specs += [RepoSpec(resolve_location(s.location), s.commit, s.stars)
@@ -61,6 +61,7 @@ class ScrapeSource(Source):
         if limit is not None and limit < 1:
             raise BadInput(f"limit {limit} is below 1", fix="give --limit 1 or more")
         self.limit = limit
+        self.sample = sample  # a seeded random sample of each repository's classes instead
         self.settings = DeduceSettings(timeout=float(timeout), graph_breaks=graph_breaks)
         self.jobs, self.sandbox = jobs, sandbox
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -71,7 +72,7 @@ class ScrapeSource(Source):
     def config(self) -> dict:
         return {"repos": [[s.location if "://" in s.location else str(Path(s.location).resolve()),
                            s.commit, s.stars] for s in self.specs],
-                "limit": self.limit, "settings": self.settings.__dict__}
+                "limit": self.limit, "sample": self.sample, "settings": self.settings.__dict__}
 
     def attach_ledger(self, ledger) -> None:
         """The runner's ledger: finished classes are recorded there and read back on resume."""
@@ -105,6 +106,10 @@ class ScrapeSource(Source):
         self.report[co.url or str(co.root)] = {"files": repo.files_scanned, "classes": len(refs)}
         log.info("scrape: %s: %d files, %d nn.Module classes", co.url or co.root,
                  repo.files_scanned, len(refs))
+        if self.sample and self.sample < len(refs):
+            import random
+            refs = sorted(random.Random(0).sample(refs, self.sample),
+                          key=lambda r: (r.module, r.name))
         if self.limit:
             refs = refs[:self.limit]
         for i in range(0, len(refs), BATCH):
