@@ -66,16 +66,18 @@ async def run(url: str, n: int, concurrency: int, stream: bool, cache: ResponseC
             latencies.append(reply.latency_s)
         await one(-1)  # connection set up, imports warm
         latencies.clear()
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         await asyncio.gather(*(one(i) for i in range(n)))
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         sent = client.sent - 1
     lat = sorted(latencies)
     return {"stream": stream, "requests": n, "concurrency": concurrency,
             "seconds": round(wall, 3), "requests_per_s": round(n / wall, 1),
             "latency_p50_ms": round(1e3 * statistics.median(lat), 2),
             "latency_p99_ms": round(1e3 * lat[int(0.99 * (len(lat) - 1))], 2),
-            "http_requests": sent}
+            "http_requests": sent,
+            # the client's own CPU per request: what is left of a core is the server's
+            "client_cpu_ms_per_request": round(1e3 * cpu / n, 2)}
 
 
 def versions() -> dict:
@@ -109,13 +111,14 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait()
-    print(f"{'mode':<8} {'requests':>8} {'conc':>5} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
+    print(f"{'mode':<8} {'requests':>8} {'conc':>5} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
+          f"{'client cpu ms/req':>18}")
     for r in results:
         print(f"{'stream' if r['stream'] else 'plain':<8} {r['requests']:>8} "
               f"{r['concurrency']:>5} {r['requests_per_s']:>8} {r['latency_p50_ms']:>8} "
-              f"{r['latency_p99_ms']:>8}")
+              f"{r['latency_p99_ms']:>8} {r['client_cpu_ms_per_request']:>18}")
     doc = {"benchmark": "llm_throughput", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "reply_chars": args.reply_chars, "server": "tests/llmserver.py (ThreadingHTTPServer, "
+           "reply_chars": args.reply_chars, "load_average": os.getloadavg(), "server": "tests/llmserver.py (ThreadingHTTPServer, "
            "its own process)", "hardware": host(), "versions": versions(), "results": results}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
