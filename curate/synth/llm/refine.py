@@ -8,6 +8,7 @@ gates ran, nothing was compiled), so that the model is never told a guess.
 
 from __future__ import annotations
 
+from ...pipeline.progress import Progress
 from ...verify.engine import VerifyResult
 from .cache import ResponseCache, verdict_key
 from .prompts import Verdict
@@ -63,27 +64,32 @@ class Refiner:
     def verdicts(self, rows: list[dict]) -> list[Verdict]:
         """One Verdict per row (rows without code get `no_code` without running anything)."""
         out: list[Verdict | None] = [None] * len(rows)
-        keys: dict[int, str] = {}
-        todo = []
+        todo: dict[str, list[int]] = {}  # samples that wrote the same program are checked once
         for i, row in enumerate(rows):
             if not row.get("kernel_code"):
                 out[i] = Verdict(kind="no_code", checked=False)
                 continue
-            keys[i] = verdict_key(row["pytorch_code"], row["kernel_code"], self.device,
-                                  self._config())
-            got = self.cache.verdict(keys[i]) if self.cache else None
+            key = verdict_key(row["pytorch_code"], row["kernel_code"], self.device,
+                              self._config())
+            got = self.cache.verdict(key) if self.cache else None
             if got is not None:
                 out[i] = Verdict.from_json(got)
             else:
-                todo.append(i)
+                todo.setdefault(key, []).append(i)
         if todo:
             self._verifier.start()
-            for j, res in self._verifier.verify([rows[i] for i in todo]):
-                i = todo[j]
-                out[i] = verdict_of(res, self.device, rows[i].get("backend"))
+            keys = list(todo)
+            bar = Progress(f"synth-llm: verifying for feedback on {self.device}", len(keys))
+            for j, res in self._verifier.verify([rows[todo[k][0]] for k in keys]):
+                bar.update(1)
+                same = todo[keys[j]]
+                verdict = verdict_of(res, self.device, rows[same[0]].get("backend"))
+                for i in same:
+                    out[i] = verdict
                 self.checked += 1
                 if self.cache:
-                    self.cache.put_verdict(keys[i], out[i].to_json())
+                    self.cache.put_verdict(keys[j], verdict.to_json())
+            bar.close()
         return out  # type: ignore[return-value]
 
     def close(self) -> None:
