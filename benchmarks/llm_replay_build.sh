@@ -64,6 +64,6 @@ cp "$BUILD/stats.json" "$OUT/llm_replay_stats.json" 2>/dev/null
 [ -f "$BUILD/stats.json" ] || { tail -20 "$LOG"; exit 1; }
 
 echo "== split-infill $(date -u +%H:%M:%S)" | tee -a "$LOG"
-timeout 120 python3 -m curate split-infill "$BUILD" --quiet >>"$LOG" 2>&1; echo "split-infill exit $?" | tee -a "$LOG"
+timeout 120 python3 -m curate split-infill "$BUILD" --granularity source --quiet >>"$LOG" 2>&1; echo "split-infill exit $?" | tee -a "$LOG"
 python3 benchmarks/llm_replay_report.py "$BUILD" --out "$OUT/llm_replay_build_h200.json" | tee -a "$LOG"
 cp "$BUILD/README.md" "$OUT/llm_replay_card.md" 2>/dev/null

@@ -18,7 +18,8 @@ from .split import FIM_FORMATS, GRANULARITIES, MULTI
               "build directory's infill/ shards.")
 @click.option("--granularity", type=click.Choice(GRANULARITIES), default="kernel",
               show_default=True, help="kernel: the whole definition is the core; body: only "
-              "the statements inside it.")
+              "the statements inside it; source: the whole CUDA source string of a load_inline "
+              "program (DICE's layout; kernel where there is none).")
 @click.option("--multi", type=click.Choice(MULTI), default="per-kernel", show_default=True,
               help="Several kernels in a program: one row per kernel, or one row whose core "
                    "spans them all.")

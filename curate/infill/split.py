@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from .locate import Core, find_cores
 
-GRANULARITIES = ("kernel", "body")
+GRANULARITIES = ("kernel", "body", "source")
 MULTI = ("per-kernel", "span")
 
 # name -> (before prefix, before suffix, before middle, after middle). The text ends with the
@@ -66,7 +66,14 @@ def split_code(code: str, cfg: SplitConfig = SplitConfig()) -> tuple[list[dict],
         return [], ["no_core"]
     body = cfg.granularity == "body"
     pieces: list[tuple[int, int, str, str, bool]] = []
-    if cfg.multi == "span" and len(found.cores) > 1:
+    whole = source_string(code, found.cores) if cfg.granularity == "source" else None
+    if whole is not None:
+        a, b, label = whole
+        langs = {c.lang for c in found.cores if a <= c.start < b}
+        name = ",".join(c.display_name for c in found.cores if a <= c.start < b)
+        pieces.append((a, b, f"{langs.pop() if len(langs) == 1 else 'mixed'}_source", label
+                       or name, False))
+    elif cfg.multi == "span" and len(found.cores) > 1:
         first, last = found.cores[0], found.cores[-1]
         a, b = (first.body_start, last.body_end) if body else (first.start, last.end)
         langs = {c.lang for c in found.cores}
@@ -99,6 +106,40 @@ def split_code(code: str, cfg: SplitConfig = SplitConfig()) -> tuple[list[dict],
             part["text"] = text
         parts.append(part)
     return parts, ([] if parts else reasons or ["no_core"])
+
+
+def source_string(code: str, cores: list[Core]) -> tuple[int, int, str | None] | None:
+    """DICE's layout for load_inline programs: the byte range of the text inside the Python
+    string literal that holds the first kernel (the whole CUDA source), and the variable it is
+    assigned to. None where the kernel is not inside one plain literal (f-strings, joins,
+    Triton): the kernel granularity applies there."""
+    import ast
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return None
+    raw = code.encode("utf-8")
+    lines = [0]
+    for line in raw.splitlines(keepends=True):
+        lines.append(lines[-1] + len(line))
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Constant) \
+                or not isinstance(node.value.value, str):
+            continue
+        v = node.value
+        start = lines[v.lineno - 1] + v.col_offset
+        end = lines[v.end_lineno - 1] + v.end_col_offset
+        text = raw[start:end]
+        quote = next((q for q in (b'"""', b"'''", b'"', b"'") if text.lstrip(b"rRuU").startswith(q)),
+                     None)
+        if quote is None or not text.endswith(quote):
+            continue
+        a = start + len(text) - len(text.lstrip(b"rRuU")) + len(quote)
+        b = end - len(quote)
+        if any(a <= c.start < b for c in cores):
+            target = node.targets[0]
+            return a, b, target.id if isinstance(target, ast.Name) else None
+    return None
 
 
 def split_row(row: dict, cfg: SplitConfig = SplitConfig()) -> tuple[list[dict], list[str]]:
