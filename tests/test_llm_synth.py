@@ -290,3 +290,16 @@ def test_resume_after_sigkill_pays_for_no_reply_twice(tmp_path, problems):
     rows = read_rows(out / "stages" / "01-synth-llm.parquet")
     rejected = read_rows(out / "stages" / "01-synth-llm.rejected.parquet")
     assert len(rows) + len(rejected) == 6
+
+
+@pytest.mark.gpu
+def test_gpu_refinement_tells_the_model_its_measured_speedup(tmp_path, problems, replay_server):
+    """On the GPU the CUDA candidate is compiled, checked and timed, and turn 1 hears how fast."""
+    inp = refs(tmp_path, problems[0])
+    out = tmp_path / "cands.parquet"
+    res = CliRunner().invoke(main, ["synth", "llm", str(inp), "-o", str(out), "--model", "replay",
+                                    "--base-url", replay_server.url, "--backend", "cuda",
+                                    "--turns", "2", "--device", "cuda"])
+    assert res.exit_code == 0, res.output
+    t0 = next(r for r in read_rows(out) if r["turn"] == 0 and "relu_affine" in r["kernel_code"])
+    assert "as fast as the reference on" in t0["feedback"], t0["feedback"]
