@@ -117,7 +117,8 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
             kept = {k[8:]: x for k, x in r.notes.items() if k.startswith("kept_gb_")}
             print(f"{label} +{time.monotonic() - t0:6.1f}s {len(results):3d}/{len(pairs)} "
                   f"{(pairs[i].get('path') or pairs[i]['id'])[:40]:40s} {r.status:14s} "
-                  f"{r.seconds:6.1f}s kept_gb={kept} recycled={v.recycled}",
+                  f"{r.seconds:6.1f}s kept_gb={kept} recycled={v.recycled}"
+                  + (f" {r.reasons} {(r.error or '')[:600]!r}" if r.status != "verified" else ""),
                   file=sys.stderr, flush=True)
         stop.set()
         stats = {"workers": v.workers, "reference_workers": v.ref_workers,

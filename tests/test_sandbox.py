@@ -216,3 +216,99 @@ def test_strict_refuses_to_run_without_a_sandbox(monkeypatch, tmp_path):
     monkeypatch.setattr(engine, "sandbox_probe", lambda device: "no bwrap binary (test)")
     with pytest.raises(engine.SandboxUnavailable):
         Verifier(device="cpu", workers=1, cache_dir=tmp_path, sandbox="strict").start()
+
+
+def _sandboxed_pool(tmp_path, uid_base):
+    from curate.isolation.pool import WorkerPool
+    from curate.isolation.sandbox import bwrap_argv
+    why = probe("cpu")
+    if why:
+        pytest.skip(f"needs root and bubblewrap: {why}")
+    return WorkerPool("tests.isolation_handlers:handle", workers=1, timeout=30, fresh=True,
+                      fork_server=["json"], sandbox=bwrap_argv([str(tmp_path)], "cpu"),
+                      uid_base=uid_base, scratch_root=str(tmp_path))
+
+
+def test_the_sandbox_outlives_the_thread_that_started_it(tmp_path):
+    """Verify starts pools from worker threads that end before the pool does; the sandboxed
+    fork server (and every session in it) must not die with such a thread."""
+    pool = _sandboxed_pool(tmp_path, UID_BASE + 900)
+    try:
+        first = []
+        t = threading.Thread(target=lambda: first.append(
+            pool.call({"kind": "echo", "value": 1}).status))
+        t.start()
+        t.join(60)
+        server = pool._zygote
+        import time
+        time.sleep(0.5)
+        assert first == ["ok"]
+        assert server.alive, f"fork server died with its thread: {server.proc.poll()}"
+        assert pool.call({"kind": "echo", "value": 2}).value["echo"] == 2
+        assert pool._zygote is server  # the same server, not one started again
+    finally:
+        pool.close()
+
+
+def test_a_session_whose_worker_died_between_requests_crashes(tmp_path):
+    """A held worker that died between two requests of its session is that session's crash,
+    not a fresh process that knows nothing of the session."""
+    import signal
+    pool = _sandboxed_pool(tmp_path, UID_BASE + 901)
+    try:
+        with pool.hold() as w:
+            assert w.call({"kind": "echo", "value": 1}).ok
+            os.kill(w.pid, signal.SIGKILL)
+            import time
+            deadline = time.monotonic() + 10
+            while w.alive and time.monotonic() < deadline:
+                time.sleep(0.05)
+            res = w.call({"kind": "echo", "value": 2})
+            assert res.status == "crashed", res
+            assert "between two requests" in (res.error or "")
+            assert w.call({"kind": "echo", "value": 3}).status == "crashed"
+        with pool.hold() as w:  # the next session gets a fresh worker
+            assert w.call({"kind": "echo", "value": 4}).value["echo"] == 4
+    finally:
+        pool.close()
+
+
+PARENT = '''
+import sys, tempfile, threading, time
+from curate.isolation.pool import WorkerPool
+from curate.isolation.sandbox import bwrap_argv
+d = tempfile.mkdtemp(dir=sys.argv[1])
+pool = WorkerPool("tests.isolation_handlers:handle", workers=1, timeout=300, fresh=True,
+                  fork_server=["json"], sandbox=bwrap_argv([d], "cpu"),
+                  uid_base=int(sys.argv[2]), scratch_root=d)
+threading.Thread(target=lambda: pool.call({"kind": "hang"}), daemon=True).start()
+time.sleep(300)
+'''
+
+
+def test_killing_the_parent_ends_every_worker_in_the_sandbox(tmp_path):
+    """SIGKILL to verify's process: the sandboxed fork server sees its control socket close and
+    kills its PID namespace, so no worker (here one hanging in a task) outlives the parent."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from curate.isolation.sandbox import uid_pids
+    if probe("cpu"):
+        pytest.skip(f"needs root and bubblewrap: {probe('cpu')}")
+    uid = UID_BASE + 902
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path), str(uid)], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not uid_pids(uid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert uid_pids(uid), "the worker never started"
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+    deadline = time.monotonic() + 10
+    while uid_pids(uid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert uid_pids(uid) == []

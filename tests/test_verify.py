@@ -165,7 +165,7 @@ def test_cpp_pair_is_timed_and_compile_errors_are_trimmed(cache_dir):
     with Verifier(device="cpu", workers=1, timeout=240, cache_dir=cache_dir,
                   time_budget=0.1, gates=False) as v:
         again = v.verify_one(rows[0])
-    assert again.status == "verified"
+    assert again.status == "verified", (again.status, again.reasons, again.error)
     assert again.notes.get("compile_s", 99) < 10, again.notes
     assert time.monotonic() - t0 < 60
 
@@ -585,3 +585,47 @@ def test_cpp_honest_rows_keep_their_speed_beside_a_reference_starver(tmp_path):
     assert got["starver"].status == "deceptive", got["starver"]
     assert "work_outside_call" in got["starver"].reasons or \
         "timing_disagrees" in got["starver"].reasons
+
+
+def test_device_gate_waits_for_a_hanging_holder_once():
+    """A shared holder stuck past the patience (a candidate hanging until its timeout) delays
+    the first timed batch by the patience, not every batch after it."""
+    import threading
+    import time
+
+    from curate.verify.engine import DeviceGate
+
+    gate = DeviceGate(patience=0.4)
+    held, release = threading.Event(), threading.Event()
+
+    def hang():
+        with gate.shared():
+            held.set()
+            release.wait(10)
+    t = threading.Thread(target=hang)
+    t.start()
+    held.wait(5)
+    waits = []
+    for _ in range(5):
+        t0 = time.monotonic()
+        with gate.exclusive():
+            waits.append(time.monotonic() - t0)
+    release.set()
+    t.join(5)
+    assert 0.3 < waits[0] < 2.0, waits
+    assert sum(waits[1:]) < 0.2, waits
+    # a young holder is still waited for
+    done = threading.Event()
+
+    def short():
+        with gate.shared():
+            held.clear()
+            done.wait(0.2)
+    t = threading.Thread(target=short)
+    t.start()
+    time.sleep(0.05)
+    t0 = time.monotonic()
+    with gate.exclusive():
+        waited = time.monotonic() - t0
+    t.join(5)
+    assert waited > 0.1, waited

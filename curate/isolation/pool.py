@@ -412,9 +412,22 @@ class HeldWorker:
 
     def __init__(self, pool: "WorkerPool", slot: _Slot):
         self.pool, self.slot = pool, slot
+        self._served = False
 
     def call(self, task: Any, timeout: float | None = None) -> TaskResult:
-        return self.pool._run_on(self.slot, task, timeout, defer_recycle=True)
+        """A worker of this session that died between two requests is a crash of the session,
+        never replaced by a fresh process that knows nothing of it."""
+        slot = self.slot
+        if self._served and (slot.proc is None or slot.proc.poll() is not None):
+            code = slot.proc.returncode if slot.proc is not None else None
+            out = slot.output()[-8000:]
+            slot.kill()
+            self.pool.replaced += 1
+            return TaskResult("crashed", exit_code=code, output=out,
+                              error="the worker died between two requests of its session"
+                                    + self.pool.server_note())
+        self._served = True
+        return self.pool._run_on(slot, task, timeout, defer_recycle=True)
 
     @property
     def alive(self) -> bool:
@@ -475,6 +488,13 @@ class WorkerPool:
         """Fork this pool's workers from `other`'s server (same environment and limits): one
         server's imports instead of one per pool."""
         self._server_of = other
+
+    def server_note(self) -> str:
+        """Why the fork server is gone, where it is ('' while it runs)."""
+        zyg = self._server_of._zygote if self._server_of is not None else self._zygote
+        if zyg is None or zyg.alive:
+            return ""
+        return f" (its fork server exited, code {zyg.proc.poll()}: {zyg.stderr_tail()[-300:]})"
 
     def zygote(self) -> Zygote:
         """The fork server, started on first use (and again if it died)."""

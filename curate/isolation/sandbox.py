@@ -65,7 +65,10 @@ def bwrap_argv(writable: list[str], device: str) -> list[str] | None:
     exe = bwrap_binary()
     if exe is None:
         return None
-    argv = [exe, "--die-with-parent", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+    # no --die-with-parent: it is bound to the thread that started bubblewrap (a worker thread
+    # of ours ends long before the pool), and the server ends by itself once its parent's
+    # control socket closes; its PID namespace, every worker in it, goes with it
+    argv = [exe, "--unshare-pid", "--unshare-net", "--unshare-ipc",
             "--unshare-uts", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
             "--perms", "1777", "--tmpfs", "/dev/shm"]
     for h in _HIDDEN:
@@ -94,8 +97,9 @@ def bwrap_argv(writable: list[str], device: str) -> list[str] | None:
     for p in writable:
         os.makedirs(p, exist_ok=True)
         argv += parents(p) + ["--bind", p, p]
-    # the server forks workers and gives each its own uid; nothing else is kept
-    argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--"]
+    # the server forks workers and gives each its own uid, and kills them all when its parent
+    # goes (workers lose every capability with their uid); nothing else is kept
+    argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_KILL", "--"]
     return argv
 
 

@@ -80,8 +80,20 @@ def _child(req: dict, fds: list[int], ctrl: socket.socket) -> None:
         os._exit(code)
 
 
+def _kill_namespace() -> None:
+    """Every process of this PID namespace but its init and this server: workers and whatever
+    they started, daemons included (the namespace's init then ends, and the sandbox with it)."""
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def main(argv: list[str]) -> int:
     ctrl = socket.socket(fileno=int(argv[0]))
+    # "ns": started by bubblewrap in a PID namespace of its own, where kill(-1) reaches only the
+    # sandbox (the pid check keeps it from ever reaching a host's processes)
+    in_namespace = len(argv) > 2 and argv[2] == "ns" and os.getpid() < 100
     for spec in filter(None, (argv[1] if len(argv) > 1 else "").split(",")):
         optional = spec.startswith("?")  # "?triton": imported where installed
         mod, _, fn = spec.lstrip("?").partition(":")
@@ -103,9 +115,11 @@ def main(argv: list[str]) -> int:
         try:
             data, fds, _, _ = socket.recv_fds(ctrl, _MSG, 8)
         except OSError:
-            return 0
-        if not data:
-            return 0  # the parent went away: children are killed by their pool
+            data, fds = b"", []
+        if not data:  # the parent went away (exited, or was killed)
+            if in_namespace:
+                _kill_namespace()
+            return 0  # unsandboxed children are killed by their pool
         req = json.loads(data)
         if req.get("op") != "fork" or len(fds) != 3:
             for fd in fds:
@@ -169,12 +183,13 @@ class Zygote:
         self.sock = parent
         self.wrapped = bool(wrap)  # in a PID namespace: children's pids are the server's own
         cmd = list(wrap or []) + [sys.executable, "-m", "curate.isolation.zygote",
-                                  str(child.fileno()), ",".join(preload)]
+                                  str(child.fileno()), ",".join(preload)] + (["ns"] if wrap else [])
         self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      pass_fds=(child.fileno(),), start_new_session=True,
                                      preexec_fn=preexec, close_fds=True)
         child.close()
+        self._err = bytearray()  # the server's own stderr, drained (a full pipe would stall it)
         self._exits: dict[int, int] = {}
         self._replies: list[dict] = []
         self._cond = threading.Condition()
@@ -191,6 +206,21 @@ class Zygote:
                 pass
             raise RuntimeError(f"fork server failed to start: {err.decode(errors='replace')[-2000:]}")
         threading.Thread(target=self._listen, daemon=True, name="zygote-listen").start()
+        threading.Thread(target=self._drain_stderr, daemon=True, name="zygote-stderr").start()
+
+    def _drain_stderr(self) -> None:
+        while True:
+            try:
+                chunk = self.proc.stderr.read1(65536)
+            except (OSError, ValueError):
+                return
+            if not chunk:
+                return
+            self._err += chunk
+            del self._err[:-8192]
+
+    def stderr_tail(self) -> str:
+        return bytes(self._err).decode("utf-8", "replace")
 
     def _read(self) -> Any:
         try:

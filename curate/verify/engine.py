@@ -349,7 +349,8 @@ class Verifier:
 
     def _probe_ipc(self) -> bool:
         """One tensor from a candidate worker to a judge over CUDA IPC: where that fails (no
-        IPC between these processes), outputs travel as files."""
+        IPC between these processes: under the sandbox each worker has a uid of its own), outputs
+        travel inline through the parent."""
         try:
             with self.pools["candidate"].hold() as cw:
                 sent = cw.call({"role": "probe_send", "device": self.device}, 120)
@@ -363,11 +364,11 @@ class Verifier:
                 cw.call({"role": "release"}, 60)
             ok = got.ok and isinstance(got.value, dict) and got.value.get("status") == "ok"
             if not ok:
-                log.warning("CUDA IPC probe failed (%s): outputs travel as files",
+                log.warning("CUDA IPC probe failed (%s): outputs travel inline",
                             (got.error or str(got.value))[:300])
             return ok
         except Exception as exc:  # noqa: BLE001
-            log.warning("CUDA IPC probe failed (%s): outputs travel as files", exc)
+            log.warning("CUDA IPC probe failed (%s): outputs travel inline", exc)
             return False
 
     def close(self) -> None:
@@ -928,11 +929,17 @@ def _typical(ms: list) -> float:
 class DeviceGate:
     """A readers-writer lock in the parent: timed batches hold it alone, every other request
     that runs on the device holds it shared. Writers go first, so a stream of correctness work
-    cannot starve timing. Waiting here never counts against a request's time limit."""
+    cannot starve timing. Waiting here never counts against a request's time limit.
 
-    def __init__(self):
+    A shared holder that has run for longer than the writers' patience (a candidate hanging in
+    a call until its timeout) is waited for once, not by every batch after it: writers wait
+    only for holders younger than their patience."""
+
+    def __init__(self, patience: float = 10.0):
+        self.patience = patience
         self._cond = threading.Condition()
-        self._readers = 0
+        self._readers: dict[int, float] = {}   # token -> when it took the gate
+        self._next = 0
         self._writer = False
         self._waiting_writers = 0
 
@@ -941,23 +948,31 @@ class DeviceGate:
         with self._cond:
             while self._writer or self._waiting_writers:
                 self._cond.wait()
-            self._readers += 1
+            self._next += 1
+            token = self._next
+            self._readers[token] = time.monotonic()
         try:
             yield
         finally:
             with self._cond:
-                self._readers -= 1
+                del self._readers[token]
                 self._cond.notify_all()
 
+    def _young_readers(self) -> float | None:
+        """Seconds until the youngest shared holder outlives the patience (None: none left)."""
+        now = time.monotonic()
+        ages = [now - t for t in self._readers.values() if now - t < self.patience]
+        return self.patience - min(ages) if ages else None
+
     @contextlib.contextmanager
-    def exclusive(self, patience: float = 10.0):
-        """Alone on the device; after `patience` seconds of waiting for shared holders (a
-        candidate hanging in a call), go ahead anyway: they are frozen while the batch runs."""
-        deadline = time.monotonic() + patience
+    def exclusive(self):
+        """Alone on the device, but for shared holders older than the patience (on the CPU
+        they are frozen while the batch runs)."""
         with self._cond:
             self._waiting_writers += 1
-            while self._writer or (self._readers and time.monotonic() < deadline):
-                self._cond.wait(max(0.01, min(1.0, deadline - time.monotonic())))
+            while self._writer or self._young_readers() is not None:
+                left = self._young_readers()
+                self._cond.wait(max(0.01, min(1.0, left if left is not None else 1.0)))
             self._waiting_writers -= 1
             self._writer = True
         try:
