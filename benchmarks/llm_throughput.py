@@ -61,7 +61,7 @@ async def run(url: str, n: int, concurrency: int, stream: bool, cache: ResponseC
         async def one(i: int):
             messages = [{"role": "user", "content": f"problem {i}: make it fast " * 40}]
             reply = await client.complete(messages, sampling, seed=i)
-            cache.put_reply(reply_key("bench", url, messages, sampling.to_json(), i),
+            cache.put_reply(reply_key("bench", messages, sampling.to_json(), i),
                             reply.to_json())
             latencies.append(reply.latency_s)
         await one(-1)  # connection set up, imports warm

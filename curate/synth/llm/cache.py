@@ -1,6 +1,6 @@
 """The response cache of synth-llm: a rerun or a resumed build never pays for a reply twice.
 
-Replies are keyed by (model, base URL, messages, sampling parameters, sample index) and written
+Replies are keyed by (model, messages, sampling parameters, sample index) and written
 the moment they arrive, so that a build killed mid-batch (SIGKILL included) keeps every reply it
 had paid for. Refinement verdicts are kept too, keyed by the candidate and the device: the next
 turn's prompt quotes them, and a verdict measured again (a speedup a few percent off) would
@@ -21,9 +21,9 @@ CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
-def reply_key(model: str, base_url: str | None, messages: list[dict], sampling: dict,
-              sample: int) -> str:
-    blob = json.dumps([model, base_url or "", messages, sampling, sample], sort_keys=True)
+def reply_key(model: str, messages: list[dict], sampling: dict, sample: int) -> str:
+    """Not the server's address: the same model moved to another port answers alike."""
+    blob = json.dumps([model, messages, sampling, sample], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 

@@ -173,8 +173,7 @@ class LLMSynth(Step):
 
     async def _ask(self, client: ChatClient, conv: Conversation):
         """(Reply or RequestFailed, from the cache or not)."""
-        key = reply_key(self.model, self.base_url, conv.messages, self.sampling.to_json(),
-                        conv.sample)
+        key = reply_key(self.model, conv.messages, self.sampling.to_json(), conv.sample)
         cached = self.cache.reply(key)
         if cached is not None:
             return Reply.from_json(cached), True
