@@ -107,6 +107,9 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--turns", type=int, default=2)
     ap.add_argument("--chars-per-token", type=float, default=4.0)
+    ap.add_argument("--reasoning-tokens", type=int, default=8000,
+                    help="also price a reasoning model that thinks this many tokens a reply "
+                         "(billed as completion, not sent back in the next turn)")
     ap.add_argument("--price", nargs=3, action="append", metavar=("NAME", "IN", "OUT"),
                     help="dollars per million prompt and completion tokens (repeatable)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" /
@@ -120,6 +123,12 @@ def main() -> None:
     est["dollars"] = {name: round((t["prompt_tokens"] * float(pin)
                                    + t["completion_tokens"] * float(pout)) / 1e6, 2)
                       for name, pin, pout in prices}
+    thinking = t["requests"] * args.reasoning_tokens
+    est["reasoning_model"] = {"reasoning_tokens_per_reply": args.reasoning_tokens,
+                              "completion_tokens": t["completion_tokens"] + thinking,
+                              "dollars": {name: round((t["prompt_tokens"] * float(pin) + (
+                                  t["completion_tokens"] + thinking) * float(pout)) / 1e6, 2)
+                                  for name, pin, pout in prices}}
     print(f"KernelBench levels 1-3, {args.backend}, K={args.samples} samples, "
           f"T={args.turns} turns (tokens = chars / {args.chars_per_token:g})")
     print(f"{'level':<8} {'problems':>8} {'requests':>9} {'prompt tok':>12} {'compl. tok':>12}")
@@ -129,7 +138,9 @@ def main() -> None:
     print(f"{'total':<8} {t['problems']:>8} {t['requests']:>9} {t['prompt_tokens']:>12,} "
           f"{t['completion_tokens']:>12,}")
     for name, usd in est["dollars"].items():
-        print(f"  ${usd:,.2f} at {name} $/M tokens")
+        think = est["reasoning_model"]["dollars"][name]
+        print(f"  ${usd:,.2f} at {name} $/M tokens; ${think:,.2f} with "
+              f"{args.reasoning_tokens:,} reasoning tokens a reply")
     doc = {"benchmark": "llm_cost", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "backend": args.backend, "samples": args.samples, "turns": args.turns,
            "chars_per_token": args.chars_per_token, "prices_per_million": {
