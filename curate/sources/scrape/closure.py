@@ -65,6 +65,35 @@ def free_names(node: ast.stmt) -> set[str]:
     return out
 
 
+def _loads(nodes) -> set[str]:
+    return {n.id for e in nodes if e is not None for n in ast.walk(e)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _def_time(fn) -> list:
+    """What a def evaluates when it runs: decorators, defaults, annotations."""
+    a = fn.args
+    return [*fn.decorator_list, *a.defaults, *a.kw_defaults, fn.returns,
+            *(x.annotation for x in a.posonlyargs + a.args + a.kwonlyargs)]
+
+
+def split_free_names(node: ast.stmt) -> tuple[set[str], set[str]]:
+    """(names read when the statement runs, names read only later, inside function bodies):
+    what a statement needs defined before it, and what may come after it."""
+    every = free_names(node)
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        now = _loads(_def_time(node))
+    elif isinstance(node, ast.ClassDef):
+        parts = [*node.bases, *(k.value for k in node.keywords), *node.decorator_list]
+        for stmt in node.body:
+            parts += _def_time(stmt) if isinstance(stmt, (ast.FunctionDef,
+                                                          ast.AsyncFunctionDef)) else [stmt]
+        now = _loads(parts)
+    else:
+        return every, set()
+    return every & now, every - now
+
+
 def _reads_outside(node: ast.stmt) -> bool:
     if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
         return False
@@ -145,16 +174,21 @@ class ClosureBuilder:
         self.body: list[str] = []
         self.result = Closure("", "")
         self.dunders: set[str] = set()
+        self.pending: list = []     # statements to emit after their readers
+        self._defer = False         # resolving names read only inside function bodies
 
     # -- names ---------------------------------------------------------------------------
-    def _claim(self, key, names) -> dict[str, str]:
+    def _claim(self, key, names, owner=None) -> dict[str, str]:
+        """Emitted names for what `key` binds. Statements of one module that bind the same
+        name (a def and its try/except redefinition) share it: `owner` is that module."""
         out = {}
         for n in names:
+            who = (owner, n) if owner is not None else key
             cand, i = n, 1
-            while cand in self.taken and self.taken[cand] != key:
+            while cand in self.taken and self.taken[cand] != who:
                 i += 1
                 cand = f"{n}_{i}"
-            self.taken[cand] = key
+            self.taken[cand] = who
             out[n] = cand
         self.emitted[key] = out
         return out
@@ -196,7 +230,16 @@ class ClosureBuilder:
                 return self.resolve(inner, alias.name, node, chains) if inner is not owner \
                     or alias.name != name else None
             return self._outside(imp, owner)
-        return self.visit(owner, unit)[name]
+        return (self._later(owner, unit) if self._defer else self.visit(owner, unit))[name]
+
+    def _later(self, mod: ModuleInfo, unit: Unit) -> dict[str, str]:
+        """Names for a statement read only inside function bodies: emitted after the reader."""
+        key = (mod.name, unit.index)
+        if key in self.state:
+            return self.emitted[key]
+        self.state[key] = "pending"
+        self.pending.append((mod, unit))
+        return self._claim(key, unit.binds, owner=mod.name)
 
     def _module_use(self, target: str, local: str, node: ast.stmt, chains: dict, outside):
         """`local` names the module `target`: repository modules through their attributes."""
@@ -254,12 +297,13 @@ class ClosureBuilder:
     # -- statements ----------------------------------------------------------------------
     def visit(self, mod: ModuleInfo, unit: Unit) -> dict[str, str]:
         key = (mod.name, unit.index)
-        if key in self.state:
+        if key in self.state and self.state[key] != "pending":
             return self.emitted[key]
         if len(self.state) > MAX_UNITS:
             raise RecursionError("closure too large")
+        names = self.emitted[key] if key in self.state else \
+            self._claim(key, unit.binds, owner=mod.name)
         self.state[key] = "visiting"
-        names = self._claim(key, unit.binds)
         node = unit.node
         if _reads_outside(node):  # a file, argv or a config read at import time
             self.result.uses_mock = True
@@ -269,11 +313,16 @@ class ClosureBuilder:
         renames, chains = dict(names), {}
         cache = self.repo.free_names
         if key not in cache:  # the same statements recur in every class of a repository
-            cache[key] = free_names(node)
-        for free in sorted(cache[key] - set(unit.binds)):
-            got = self.resolve(mod, free, node, chains)
-            if got and got != free:
-                renames[free] = got
+            cache[key] = split_free_names(node)
+        now, later = cache[key]
+        outer = self._defer
+        for defer, frees in ((False, now), (True, later)):
+            self._defer = defer
+            for free in sorted(frees - set(unit.binds)):
+                got = self.resolve(mod, free, node, chains)
+                if got and got != free:
+                    renames[free] = got
+        self._defer = outer
         if any(v != k for k, v in renames.items()) or chains:
             node = _Rename(renames, chains).visit(ast.parse(ast.unparse(node)).body[0])
             if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -290,6 +339,8 @@ def build_closure(repo: Repository, ref: ClassRef) -> Closure:
     unit = next(mod.units[i] for i in mod.bindings[ref.name]
                 if isinstance(mod.units[i].node, ast.ClassDef))
     names = b.visit(mod, unit)
+    while b.pending:
+        b.visit(*b.pending.pop(0))
     res = b.result
     parts = ["\n".join(b.imports)]
     if "__file__" in b.dunders:  # read at import time: a program from text has none

@@ -58,8 +58,7 @@ def handle(task: dict) -> dict:
             raise
         out = {"ok": False, "reason": classify(exc, task), "error": _error_text(exc)}
     out["seconds"] = round(time.monotonic() - t0, 3)
-    out["_recycle"] = True  # scraped code may have patched anything: never reuse the process
-    return out
+    return out  # the pool is `fresh`: this process serves no other task
 
 
 def load(program: str) -> dict:
