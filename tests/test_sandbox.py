@@ -312,3 +312,51 @@ def test_killing_the_parent_ends_every_worker_in_the_sandbox(tmp_path):
     while uid_pids(uid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert uid_pids(uid) == []
+
+
+PLANTING_REFERENCE = '''
+import torch
+import torch.nn as nn
+for target in {targets!r}:
+    try:
+        with open(target, "w") as fh:
+            fh.write("planted by a reference program")
+    except OSError:
+        pass
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2.0
+
+
+def get_inputs():
+    return [torch.randn(64, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_synth_compiles_reference_programs_in_the_sandbox(tmp_path):
+    """torch.compile runs the reference program: under bubblewrap and a uid of its own it
+    cannot write into the build (or anywhere outside its scratch), and still compiles."""
+    from curate.synth.inductor import InductorSynth
+    if probe("cpu"):
+        pytest.skip(f"needs root and bubblewrap: {probe('cpu')}")
+    out = Path(__file__).parents[1] / "build-sandbox-probe"  # a visible folder of ours
+    out.mkdir(exist_ok=True)
+    targets = [str(out / "planted"), str(tmp_path / "planted")]
+    step = InductorSynth(device="cpu", workers=1, timeout=300, sandbox="strict")
+    try:
+        step.setup()
+        got = list(step.process([{"id": "r", "pytorch_code":
+                                  PLANTING_REFERENCE.format(targets=targets)}]))
+        assert step.sandbox == "bwrap+uid"
+        assert got[0][1].kept and got[0][1].kept[0]["kernel_code"], got[0][1]
+        assert not any(Path(t).exists() for t in targets)
+    finally:
+        step.teardown()
+        import shutil
+        shutil.rmtree(out, ignore_errors=True)

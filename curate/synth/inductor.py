@@ -10,6 +10,7 @@ crashes its worker is a dropped row with a machine-readable reason, never a fail
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Iterator
 
@@ -19,6 +20,9 @@ from .rewrite import RewriteError
 
 HANDLER = "curate.synth.inductor_worker:handle"
 SETUP = "curate.synth.inductor_worker:setup"
+PRELOAD = ["torch", "torch._dynamo", "torch._inductor.compile_fx", "?triton"]  # fork server
+UID_OFFSET = 1024  # synth workers' uids: apart from verify's (0-767) and scrape's
+log = logging.getLogger("curate.synth")
 MODES = ("default", "max-autotune")
 DEVICES = ("cuda", "cpu")
 
@@ -55,6 +59,22 @@ def isa_probe_dir() -> str:
     path = os.path.join(base, "curate", f"inductor-isa-probe-{torch_v}")
     os.makedirs(path, exist_ok=True)
     return path
+
+
+def warm_isa_probes(path: str) -> None:
+    """Run inductor's CPU-ISA probes into `path` in a trusted process of our own (torch's code,
+    no row's), so that sandboxed workers only read them: the folder stays the parent's, but for
+    the lock files that every reader opens for writing."""
+    import subprocess
+    import sys
+    code = "from torch._inductor.cpu_vec_isa import pick_vec_isa; pick_vec_isa()"
+    subprocess.run([sys.executable, "-c", code], timeout=600, capture_output=True,
+                   env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": path})
+    locks = os.path.join(path, "locks")
+    os.makedirs(locks, exist_ok=True)
+    os.chmod(locks, 0o1777)
+    for name in os.listdir(locks):
+        os.chmod(os.path.join(locks, name), 0o666)
 
 
 def generator_name(versions: dict, device: str, mode: str = "default") -> str:
@@ -100,7 +120,7 @@ class InductorSynth(Step):
     batch_size = 64
 
     def __init__(self, device: str = "cpu", mode: str = "default", workers: int | None = None,
-                 timeout: float = 300):
+                 timeout: float = 300, sandbox: str = "auto"):
         if device == "auto":
             from ..pipeline.config import detect_device
             device = detect_device()
@@ -110,7 +130,11 @@ class InductorSynth(Step):
         if mode not in MODES:
             from ..errors import BadInput
             raise BadInput(f"unknown mode {mode!r}", fix="use --mode default or max-autotune")
-        self.device, self.mode = device, mode
+        if sandbox not in ("auto", "strict", "off"):
+            from ..errors import BadInput
+            raise BadInput(f"unknown sandbox {sandbox!r}", fix="use auto, strict or off")
+        self.device, self.mode, self.sandbox_mode = device, mode, sandbox
+        self.sandbox = None  # what setup() could put the workers under
         self.workers = workers or default_workers(device)
         self.timeout = float(timeout)
         self.resources = Resources(cpus=self.workers, gpus=1 if device == "cuda" else 0)
@@ -130,15 +154,40 @@ class InductorSynth(Step):
                "TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
         # a fresh cache dir for this run (inductor_worker.setup): nothing comes from an earlier
         # run's cache, and the FX graph cache is off, so every row's code is generated anew
-        # reference programs are untrusted too: on the CPU device their workers are confined
-        # with Landlock (writes only to scratch, this run's cache and the ISA-probe cache; no
-        # TCP; home directories unreadable) where the kernel has it. Not on the GPU yet: no
-        # confined torch.compile has been tried there (docs/threat-model.md).
+        # reference programs are untrusted too: their workers run under bubblewrap with a uid
+        # each, as verify's do, and on the CPU device also under Landlock (writes only to
+        # scratch, this run's cache and the ISA-probe locks; no TCP) where the kernel has it
+        # (a Landlock-confined worker cannot initialize CUDA on the GPU machine)
         limits = Limits(confine=self.device == "cpu",
                         writable=(self._cache, env["CURATE_ISA_CACHE"]))
+        from ..isolation.sandbox import UID_BASE
+        wrap = self._sandbox_argv(env)
         self.pool = WorkerPool(HANDLER, setup=SETUP, workers=self.workers, timeout=self.timeout,
                                setup_timeout=300, env=env, limits=limits,
-                               max_tasks_per_worker=50)
+                               max_tasks_per_worker=50, scratch_root=self._cache,
+                               fork_server=PRELOAD if wrap else None, sandbox=wrap,
+                               uid_base=UID_BASE + UID_OFFSET if wrap else None)
+
+    def _sandbox_argv(self, env: dict) -> list[str] | None:
+        """bubblewrap around the workers, as verify's (reference programs are untrusted too):
+        each worker under a uid of its own caches in its own scratch, and reads the ISA probes
+        that a trusted process made beforehand."""
+        from ..isolation.sandbox import bwrap_argv, probe
+        why = "off" if self.sandbox_mode == "off" else probe(self.device)
+        wrap = None if why else bwrap_argv([self._cache, env["CURATE_ISA_CACHE"]], self.device)
+        if wrap is None:
+            self.sandbox = "none"
+            if self.sandbox_mode == "strict":
+                from ..verify.engine import SandboxUnavailable
+                raise SandboxUnavailable(f"synth --sandbox strict: no sandbox here ({why})")
+            if why != "off":
+                log.warning("synth: NO SANDBOX around the compile workers (%s)", why)
+            return None
+        env.pop("CURATE_SYNTH_CACHE")  # one uid may not write into another's cache folders
+        if self.device == "cpu":
+            warm_isa_probes(env["CURATE_ISA_CACHE"])
+        self.sandbox = "bwrap+uid"
+        return wrap
 
     def teardown(self) -> None:
         if self.pool is not None:
@@ -153,7 +202,8 @@ class InductorSynth(Step):
         s = sorted(self._seconds)
         if not s:
             return {}
-        return {"compile_seconds_median": s[len(s) // 2], "compile_seconds_total": sum(s)}
+        return {"compile_seconds_median": s[len(s) // 2], "compile_seconds_total": sum(s),
+                "sandbox": self.sandbox}
 
     def process(self, rows: list[dict]) -> Iterator[tuple[int, Outcome]]:
         if self.pool is None:
