@@ -188,13 +188,16 @@ def test_a_rerun_sends_zero_requests(tmp_path, problems, replay_server):
     assert sorted((r["id"], r["cost_usd"]) for r in read_rows(out)) == first
 
 
+def refine_cuda(server, inp, out, device):
+    return CliRunner().invoke(main, ["synth", "llm", str(inp), "-o", str(out), "--model", "replay",
+                                     "--base-url", server.url, "--backend", "cuda", "--turns", "2",
+                                     "--device", device])
+
+
 def test_cuda_refinement_on_the_cpu_says_it_could_not_check(tmp_path, problems, replay_server):
     inp = refs(tmp_path, problems[0])
     out = tmp_path / "cands.parquet"
-    res = CliRunner().invoke(main, ["synth", "llm", str(inp), "-o", str(out), "--model", "replay",
-                                    "--base-url", replay_server.url, "--backend", "cuda",
-                                    "--turns", "2", "--device", "cpu"])
-    assert res.exit_code == 0, res.output
+    assert refine_cuda(replay_server, inp, out, "cpu").exit_code == 0
     turn1 = [r for r in replay_server.state.requests if len(r["messages"]) == 4]
     assert len(turn1) == 2  # both problems, the second answered without code at turn 0
     said = {r["messages"][-1]["content"] for r in turn1}
@@ -297,9 +300,7 @@ def test_gpu_refinement_tells_the_model_its_measured_speedup(tmp_path, problems,
     """On the GPU the CUDA candidate is compiled, checked and timed, and turn 1 hears how fast."""
     inp = refs(tmp_path, problems[0])
     out = tmp_path / "cands.parquet"
-    res = CliRunner().invoke(main, ["synth", "llm", str(inp), "-o", str(out), "--model", "replay",
-                                    "--base-url", replay_server.url, "--backend", "cuda",
-                                    "--turns", "2", "--device", "cuda"])
+    res = refine_cuda(replay_server, inp, out, "cuda")
     assert res.exit_code == 0, res.output
     t0 = next(r for r in read_rows(out) if r["turn"] == 0 and "relu_affine" in r["kernel_code"])
     assert "as fast as the reference on" in t0["feedback"], t0["feedback"]
