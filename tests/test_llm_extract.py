@@ -128,3 +128,17 @@ def test_cli_refuses_a_missing_key_or_template_with_exit_2(tmp_path):
     run = subprocess.run(base + ["--model", "m", "--base-url", "http://127.0.0.1:9/v1",
                                  "--prompt", "nope"], capture_output=True, text=True, env=env)
     assert run.returncode == 2 and "no such prompt template" in run.stderr
+
+
+def test_every_bundled_replay_reply_yields_its_program():
+    """The recorded replies (tests/fixtures/llm_replay) as the replay build will read them."""
+    from pathlib import Path
+    replies = sorted((Path(__file__).parent / "fixtures" / "llm_replay").glob("*/*.md"))
+    if not replies:
+        pytest.skip("needs the replay replies in tests/fixtures/llm_replay")
+    for p in replies:
+        side = p.with_name(p.name[:-3] + ".reasoning.txt")
+        ex = extract_program(p.read_text(), side.read_text() if side.is_file() else None)
+        assert ex.code is not None, f"{p}: {ex.reason}"
+        marker = "load_inline" if p.name.startswith("cuda") else "triton.jit"
+        assert marker in ex.code, p
