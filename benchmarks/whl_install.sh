@@ -16,6 +16,13 @@ for pair in openai:openai polars:polars _polars_runtime_32:polars_runtime_32 nin
       >/dev/null 2>&1 && echo "installed $whl from .whl"
   fi
 done
+# polars' runtime wheel (54 MB) is carried as an xz tarball of its contents (33 MB): the device
+# tool carries 64 MiB in all; unpacked into site-packages it is what pip would have installed
+if ! python3 -c "import _polars_runtime_32" 2>/dev/null && ls .whl/polars_runtime_32-*.tar.xz \
+    >/dev/null 2>&1; then
+  site=$(python3 -c "import site; print(site.getsitepackages()[0])")
+  tar xJf .whl/polars_runtime_32-*.tar.xz -C "$site" && echo "unpacked polars_runtime_32 into $site"
+fi
 # pydantic needs a recent typing_extensions: upgrade it only where openai cannot import
 python3 -c "import openai" 2>/dev/null || python3 -m pip install -q --no-deps \
   .whl/typing_extensions-*.whl >/dev/null 2>&1
