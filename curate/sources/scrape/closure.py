@@ -77,21 +77,40 @@ def _def_time(fn) -> list:
             *(x.annotation for x in a.posonlyargs + a.args + a.kwonlyargs)]
 
 
-def split_free_names(node: ast.stmt) -> tuple[set[str], set[str]]:
-    """(names read when the statement runs, names read only later, inside function bodies):
-    what a statement needs defined before it, and what may come after it."""
+def _called(nodes) -> set[str]:
+    """Names called (or applied as decorators) in `nodes`: their bodies run right then."""
+    out = set()
+    for e in nodes:
+        for sub in ast.walk(e) if e is not None else ():
+            if isinstance(sub, ast.Call):
+                chain = _attr_chain(sub.func)
+                if chain:
+                    out.add(chain[0])
+    return out
+
+
+def split_free_names(node: ast.stmt) -> tuple[set[str], set[str], set[str]]:
+    """(names called when the statement runs, other names it reads then, names read only
+    later inside function bodies): what must be defined, bodies included, before it; what must
+    be defined before it; what may come after it."""
     every = free_names(node)
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        now = _loads(_def_time(node))
+        parts = _def_time(node)
+        decorators = node.decorator_list
     elif isinstance(node, ast.ClassDef):
         parts = [*node.bases, *(k.value for k in node.keywords), *node.decorator_list]
+        decorators = list(node.decorator_list)
         for stmt in node.body:
-            parts += _def_time(stmt) if isinstance(stmt, (ast.FunctionDef,
-                                                          ast.AsyncFunctionDef)) else [stmt]
-        now = _loads(parts)
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                parts += _def_time(stmt)
+                decorators += stmt.decorator_list
+            else:
+                parts.append(stmt)
     else:
-        return every, set()
-    return every & now, every - now
+        return every & _called([node]), every, set()
+    now = every & _loads(parts)
+    called = now & (_called(parts) | {c[0] for d in decorators if (c := _attr_chain(d))})
+    return called, now - called, every - now
 
 
 def _reads_outside(node: ast.stmt) -> bool:
@@ -175,7 +194,8 @@ class ClosureBuilder:
         self.result = Closure("", "")
         self.dunders: set[str] = set()
         self.pending: list = []     # statements to emit after their readers
-        self._defer = False         # resolving names read only inside function bodies
+        self.strict: set = set()    # statements whose body's names are emitted before them
+        self._mode = "now"          # strict: called at load; now: read at load; later: in bodies
 
     # -- names ---------------------------------------------------------------------------
     def _claim(self, key, names, owner=None) -> dict[str, str]:
@@ -230,7 +250,9 @@ class ClosureBuilder:
                 return self.resolve(inner, alias.name, node, chains) if inner is not owner \
                     or alias.name != name else None
             return self._outside(imp, owner)
-        return (self._later(owner, unit) if self._defer else self.visit(owner, unit))[name]
+        if self._mode == "later":
+            return self._later(owner, unit)[name]
+        return self.visit(owner, unit, strict=self._mode == "strict")[name]
 
     def _later(self, mod: ModuleInfo, unit: Unit) -> dict[str, str]:
         """Names for a statement read only inside function bodies: emitted after the reader."""
@@ -295,34 +317,31 @@ class ClosureBuilder:
         return new
 
     # -- statements ----------------------------------------------------------------------
-    def visit(self, mod: ModuleInfo, unit: Unit) -> dict[str, str]:
+    def visit(self, mod: ModuleInfo, unit: Unit, strict: bool = False) -> dict[str, str]:
+        """Emit a statement after what it needs. `strict`: it is called while the program
+        loads, so what its function bodies read must come before it too."""
         key = (mod.name, unit.index)
-        if key in self.state and self.state[key] != "pending":
+        state = self.state.get(key)
+        if state in ("done", "visiting"):
+            if strict and state == "done" and key not in self.strict:
+                self.strict.add(key)  # emitted already: what its bodies read comes next
+                self._resolve_all(mod, unit, key, strict=True)
             return self.emitted[key]
         if len(self.state) > MAX_UNITS:
             raise RecursionError("closure too large")
-        names = self.emitted[key] if key in self.state else \
+        names = self.emitted[key] if state == "pending" else \
             self._claim(key, unit.binds, owner=mod.name)
         self.state[key] = "visiting"
+        if strict:
+            self.strict.add(key)
         node = unit.node
         if _reads_outside(node):  # a file, argv or a config read at import time
             self.result.uses_mock = True
             self.body.append("\n".join(f"{names[n]} = _Mock({n!r})" for n in unit.binds))
             self.state[key] = "done"
             return names
-        renames, chains = dict(names), {}
-        cache = self.repo.free_names
-        if key not in cache:  # the same statements recur in every class of a repository
-            cache[key] = split_free_names(node)
-        now, later = cache[key]
-        outer = self._defer
-        for defer, frees in ((False, now), (True, later)):
-            self._defer = defer
-            for free in sorted(frees - set(unit.binds)):
-                got = self.resolve(mod, free, node, chains)
-                if got and got != free:
-                    renames[free] = got
-        self._defer = outer
+        renames, chains = self._resolve_all(mod, unit, key, strict)
+        renames = {**names, **renames}
         if any(v != k for k, v in renames.items()) or chains:
             node = _Rename(renames, chains).visit(ast.parse(ast.unparse(node)).body[0])
             if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -330,6 +349,24 @@ class ClosureBuilder:
         self.body.append(ast.unparse(node))
         self.state[key] = "done"
         return names
+
+    def _resolve_all(self, mod: ModuleInfo, unit: Unit, key, strict: bool):
+        """Resolve (and so place) every name the statement reads: (renames, chains)."""
+        cache = self.repo.free_names
+        if key not in cache:  # the same statements recur in every class of a repository
+            cache[key] = split_free_names(unit.node)
+        called, now, later = cache[key]
+        groups = [("strict", called | now | later)] if strict else \
+            [("strict", called), ("now", now), ("later", later)]
+        renames, chains, outer = {}, {}, self._mode
+        for mode, frees in groups:
+            self._mode = mode
+            for free in sorted(frees - set(unit.binds)):
+                got = self.resolve(mod, free, unit.node, chains)
+                if got and got != free:
+                    renames[free] = got
+        self._mode = outer
+        return renames, chains
 
 
 def build_closure(repo: Repository, ref: ClassRef) -> Closure:
