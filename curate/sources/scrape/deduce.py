@@ -22,7 +22,9 @@ log = logging.getLogger("curate")
 HANDLER = "curate.sources.scrape.deduce_worker:handle"
 SETUP = "curate.sources.scrape.deduce_worker:setup"
 PRELOAD = ["torch", "curate.sources.scrape.deduce_worker"]
-UID_OFFSET = 1280  # slots' uids after verify's judge, candidate and compile pools
+UID_OFFSET = 2048  # slots' uids above verify's judge, candidate and compile pools
+UID_STRIDE = 128   # a run's block of uids: the sandbox kills a slot's uid when it ends, so two
+                   # runs at once (a test beside a build) must not share one
 
 
 @dataclass
@@ -61,6 +63,12 @@ class DeduceSettings:
                 "max_forward": self.max_forward, "max_params": self.max_params}
 
 
+def uid_base() -> int:
+    """The first worker uid of this run: a block of its own, chosen by process id."""
+    from ...isolation.sandbox import UID_BASE
+    return UID_BASE + UID_OFFSET + (os.getpid() % 512) * UID_STRIDE
+
+
 def default_jobs() -> int:
     return max(1, (os.cpu_count() or 2))
 
@@ -70,14 +78,14 @@ class Deducer:
 
     def __init__(self, settings: DeduceSettings, jobs: int | None = None,
                  sandbox: str = "auto"):
-        self.settings, self.jobs = settings, jobs or default_jobs()
+        self.settings, self.jobs = settings, min(jobs or default_jobs(), UID_STRIDE)
         self.sandbox_mode = sandbox
         self.pool = None
         self.sandbox = "none"
 
     def start(self) -> None:
         from ...isolation import Limits, WorkerPool
-        from ...isolation.sandbox import UID_BASE, bwrap_argv, probe
+        from ...isolation.sandbox import bwrap_argv, probe
         self._scratch = tempfile.mkdtemp(prefix="curate-scrape-")
         wrap = None
         if self.sandbox_mode != "off":
@@ -94,7 +102,7 @@ class Deducer:
         self.pool = WorkerPool(HANDLER, setup=SETUP, workers=self.jobs,
                                timeout=self.settings.timeout, env=env, limits=limits,
                                scratch_root=self._scratch, fresh=True, fork_server=PRELOAD,
-                               sandbox=wrap, uid_base=UID_BASE + UID_OFFSET if wrap else None)
+                               sandbox=wrap, uid_base=uid_base() if wrap else None)
 
     def close(self) -> None:
         if self.pool is not None:

@@ -307,7 +307,12 @@ def _count_params(model) -> int:
 def deduce(task: dict) -> dict:
     """Constructor arguments, then inputs; a forward that no input fits moves the constructor
     on (its arguments may be what the forward trips over), a few times."""
-    ns = load(task["program"])
+    try:
+        ns = load(task["program"])
+    except Exception as exc:  # noqa: BLE001 - the program does not even load
+        reason = classify(exc, task)
+        return {"ok": False, "reason": "import_error" if reason == "gave_up" else reason,
+                "error": _error_text(exc)}
     search = InitSearch(ns, ns[task["class"]], task)
     budget = task.get("budget_s", 20)
     deadline = time.monotonic() + budget
