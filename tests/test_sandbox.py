@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from curate.isolation.sandbox import UID_BASE, probe
+from curate.isolation.sandbox import UID_BLOCK, probe, uid_block
 from curate.verify import Verifier
 
 HOSTILE = Path(__file__).parent / "fixtures" / "hostile"
@@ -206,7 +206,7 @@ def test_no_process_of_a_worker_uid_outlives_the_run(escapes):
                                if line.startswith("Uid:")).split()[1])
             except (OSError, StopIteration, ValueError):
                 continue
-            if UID_BASE <= uid < UID_BASE + 1024:
+            if uid_block() <= uid < uid_block() + UID_BLOCK:  # this test run's uids
                 left.append(entry)
     assert left == []
 
@@ -232,7 +232,7 @@ def _sandboxed_pool(tmp_path, uid_base):
 def test_the_sandbox_outlives_the_thread_that_started_it(tmp_path):
     """Verify starts pools from worker threads that end before the pool does; the sandboxed
     fork server (and every session in it) must not die with such a thread."""
-    pool = _sandboxed_pool(tmp_path, UID_BASE + 900)
+    pool = _sandboxed_pool(tmp_path, uid_block() + 900)
     try:
         first = []
         t = threading.Thread(target=lambda: first.append(
@@ -254,7 +254,7 @@ def test_a_session_whose_worker_died_between_requests_crashes(tmp_path):
     """A held worker that died between two requests of its session is that session's crash,
     not a fresh process that knows nothing of the session."""
     import signal
-    pool = _sandboxed_pool(tmp_path, UID_BASE + 901)
+    pool = _sandboxed_pool(tmp_path, uid_block() + 901)
     try:
         with pool.hold() as w:
             assert w.call({"kind": "echo", "value": 1}).ok
@@ -297,7 +297,7 @@ def test_killing_the_parent_ends_every_worker_in_the_sandbox(tmp_path):
     from curate.isolation.sandbox import uid_pids
     if probe("cpu"):
         pytest.skip(f"needs root and bubblewrap: {probe('cpu')}")
-    uid = UID_BASE + 902
+    uid = uid_block() + 902
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path), str(uid)], env=env)
     try:

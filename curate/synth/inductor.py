@@ -21,7 +21,7 @@ from .rewrite import RewriteError
 HANDLER = "curate.synth.inductor_worker:handle"
 SETUP = "curate.synth.inductor_worker:setup"
 PRELOAD = ["torch", "torch._dynamo", "torch._inductor.compile_fx", "?triton"]  # fork server
-UID_OFFSET = 1024  # synth workers' uids: apart from verify's (0-767) and scrape's
+UID_OFFSET = 1024  # synth workers' uids in this process's block (sandbox.uid_block)
 log = logging.getLogger("curate.synth")
 MODES = ("default", "max-autotune")
 DEVICES = ("cuda", "cpu")
@@ -160,13 +160,13 @@ class InductorSynth(Step):
         # (a Landlock-confined worker cannot initialize CUDA on the GPU machine)
         limits = Limits(confine=self.device == "cpu",
                         writable=(self._cache, env["CURATE_ISA_CACHE"]))
-        from ..isolation.sandbox import UID_BASE
+        from ..isolation.sandbox import uid_block
         wrap = self._sandbox_argv(env)
         self.pool = WorkerPool(HANDLER, setup=SETUP, workers=self.workers, timeout=self.timeout,
                                setup_timeout=300, env=env, limits=limits,
                                max_tasks_per_worker=50, scratch_root=self._cache,
                                fork_server=PRELOAD if wrap else None, sandbox=wrap,
-                               uid_base=UID_BASE + UID_OFFSET if wrap else None)
+                               uid_base=uid_block() + UID_OFFSET if wrap else None)
 
     def _sandbox_argv(self, env: dict) -> list[str] | None:
         """bubblewrap around the workers, as verify's (reference programs are untrusted too):

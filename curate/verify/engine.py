@@ -28,7 +28,7 @@ from typing import Iterable, Iterator
 
 from ..isolation import Limits, TaskResult, WorkerPool
 from ..isolation.freeze import Freezer, cpu_seconds
-from ..isolation.sandbox import UID_BASE, bwrap_argv, probe as sandbox_probe
+from ..isolation.sandbox import bwrap_argv, probe as sandbox_probe, uid_block
 from ..record import row_key
 from .hooks import CheckContext, load_checks, run_hook
 from .timing import speedup_ci
@@ -274,7 +274,7 @@ class Verifier:
             return WorkerPool(HANDLER, setup=SETUP, workers=n, timeout=self.timeout, env=env,
                               limits=limits, scratch_root=scratch, fresh=True,
                               fork_server=PRELOAD, freezer=self.freezer, sandbox=wrap,
-                              uid_base=UID_BASE + uid_offset if wrap else None)
+                              uid_base=uid_block() + uid_offset if wrap else None)
         self.pools = {"judge": pool(self.workers, 0), "candidate": pool(self.workers, 256)}
         if self.compile_ahead:
             self.pools["compile"] = pool(self.compile_workers, 512)
@@ -317,7 +317,7 @@ class Verifier:
         pool = WorkerPool(HANDLER, setup=SETUP, workers=1, timeout=180, env=env, limits=limits,
                           scratch_root=scratch, setup_timeout=180, fresh=True,
                           fork_server=PRELOAD, sandbox=wrap,
-                          uid_base=UID_BASE + 768 if wrap else None)
+                          uid_base=uid_block() + 768 if wrap else None)
         try:
             res = pool.call({"role": "probe_cuda", "device": self.device}, 180)
         finally:
@@ -335,7 +335,7 @@ class Verifier:
         pool = WorkerPool(HANDLER, setup=SETUP, workers=1, timeout=180, env=env, limits=limits,
                           scratch_root=scratch, setup_timeout=180, fresh=True,
                           fork_server=PRELOAD, sandbox=wrap,
-                          uid_base=UID_BASE + 769 if wrap else None)
+                          uid_base=uid_block() + 769 if wrap else None)
         try:
             res = pool.call({"role": "probe_cuda", "device": self.device}, 180)
         finally:
