@@ -244,7 +244,10 @@ class ClosureBuilder:
             alias = imp.names[0]
             if src in self.repo.modules or f"{src}.{alias.name}" in self.repo.modules:
                 full = f"{src}.{alias.name}"
-                if full in self.repo.modules:
+                # a package's own binding wins over its submodule of the same name (`from
+                # .create_conv2d import create_conv2d` in __init__), as in Python
+                if full in self.repo.modules and not (
+                        src in self.repo.modules and self.repo.find(src, alias.name)):
                     return self._module_use(full, name, node, chains, lambda: None)
                 inner = self.repo.modules[src]
                 return self.resolve(inner, alias.name, node, chains) if inner is not owner \
