@@ -30,7 +30,7 @@ REASONS: dict[str, tuple[str, str]] = {
     "synth:*": (FAIL, "synthesis could not write a standalone candidate (no kernel of its own, "
                       "code it does not support)"),
     "scrape:*": (FAIL, "a scraped class did not become a runnable, deterministic, input-dependent "
-                       "KernelBench program (docs/scrape.md lists the reasons)"),
+                       "KernelBench program (the reason names what failed)"),
     # dynamic gates (launch hooks, ghost runs, repeated calls)
     "no_custom_kernel_ran": (FAIL, "no custom kernel ran during forward"),
     "cuda_kernel_not_launched": (FAIL, "the CUDA kernel was never launched during forward"),
