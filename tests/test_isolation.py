@@ -90,3 +90,19 @@ def test_held_worker_defers_its_replacement_until_the_hold_ends(pool):
     a = pool.call({"kind": "pid", "recycle": True}).value["pid"]
     assert all(pool.call({"kind": "pid"}).value["pid"] != a for _ in range(4))
     assert pool.recycled == 2
+
+
+def test_a_reused_pid_is_not_taken_for_an_exited_worker():
+    """The fork server reports exits by pid, and pids are reused (in a sandbox's PID namespace
+    after a few thousand processes): a new child that got an earlier child's pid is alive."""
+    import threading
+
+    from curate.isolation.zygote import Zygote
+    msgs = [{"exit": 7, "code": 0}, {"pid": 7}, None]
+    z = Zygote.__new__(Zygote)
+    z._exits, z._replies, z._cond, z.closed = {}, [], threading.Condition(), False
+    z._read = lambda: msgs.pop(0)
+    z._listen()
+    assert z._replies == [{"pid": 7}]
+    z.closed = False  # _listen marks the end of the messages as the server gone
+    assert z.exit_code(7) is None

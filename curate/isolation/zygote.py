@@ -240,6 +240,11 @@ class Zygote:
                 if "exit" in msg:
                     self._exits[int(msg["exit"])] = int(msg["code"])
                 else:
+                    if "pid" in msg:
+                        # a new child has this pid: an exit recorded for the pid is an earlier
+                        # child's (pids are reused, soon in a sandbox's PID namespace, where
+                        # inductor's compile subprocesses use thousands), not this one's
+                        self._exits.pop(int(msg["pid"]), None)
                     self._replies.append(msg)
                 self._cond.notify_all()
 
