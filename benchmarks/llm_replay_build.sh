@@ -34,11 +34,17 @@ for _ in $(seq 50); do
   sleep 0.2
 done
 
-# the pipeline names port 8011; another port gets a copy that names it
+# the pipeline names port 8011 and every bundled example; another port, or EXAMPLES (a list of
+# example numbers, e.g. "01 07 10": a build that fits a shorter device call) gets a copy
 PIPE=pipelines/llm-replay.yaml
-if [ "$PORT" != 8011 ]; then
+if [ "$PORT" != 8011 ] || [ -n "${EXAMPLES:-}" ]; then
   PIPE="$BUILD.pipeline.yaml"
-  sed "s#127.0.0.1:8011#127.0.0.1:$PORT#" pipelines/llm-replay.yaml > "$PIPE"
+  paths='"@examples"'
+  if [ -n "${EXAMPLES:-}" ]; then
+    paths=$(for n in $EXAMPLES; do printf '"%s",' examples/${n}_*.py; done); paths=${paths%,}
+  fi
+  sed -e "s#127.0.0.1:8011#127.0.0.1:$PORT#" -e "s#\\[\"@examples\"\\]#[$paths]#" \
+    pipelines/llm-replay.yaml > "$PIPE"
 fi
 echo "== build $(date -u +%H:%M:%S)" | tee -a "$LOG"
 timeout "$DEADLINE" python3 -m curate build --pipeline "$PIPE" --out "$BUILD" >>"$LOG" 2>&1
