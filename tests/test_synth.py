@@ -206,14 +206,14 @@ def test_max_autotune_mode_is_recorded_and_its_candidates_match(tmp_path):
     assert res[0]["ok"], res
 
 
-def test_synth_llm_says_it_is_not_available():
+def test_synth_llm_on_a_missing_table_names_it(tmp_path):
     import subprocess
     import sys
-    res = subprocess.run([sys.executable, "-m", "curate", "synth", "llm", "in.parquet", "-o",
-                          "out.parquet", "--model", "m"], capture_output=True, text=True,
-                         cwd=ROOT)
-    assert res.returncode == 2
-    assert "not available" in res.stderr + res.stdout
+    res = subprocess.run([sys.executable, "-m", "curate", "synth", "llm", "missing.parquet", "-o",
+                          "out.parquet", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"],
+                         capture_output=True, text=True, cwd=tmp_path, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 2, res.stderr
+    assert "missing.parquet" in res.stderr + res.stdout
 
 
 def test_synth_help_has_examples():
