@@ -22,9 +22,8 @@ log = logging.getLogger("curate")
 HANDLER = "curate.sources.scrape.deduce_worker:handle"
 SETUP = "curate.sources.scrape.deduce_worker:setup"
 PRELOAD = ["torch", "curate.sources.scrape.deduce_worker"]
-UID_OFFSET = 2048  # slots' uids above verify's judge, candidate and compile pools
-UID_STRIDE = 128   # a run's block of uids: the sandbox kills a slot's uid when it ends, so two
-                   # runs at once (a test beside a build) must not share one
+UID_OFFSET = 2048  # slots' uids in this process's block (isolation.sandbox.uid_block): after
+                   # verify's and synth's pools
 
 
 @dataclass
@@ -64,9 +63,9 @@ class DeduceSettings:
 
 
 def uid_base() -> int:
-    """The first worker uid of this run: a block of its own, chosen by process id."""
-    from ...isolation.sandbox import UID_BASE
-    return UID_BASE + UID_OFFSET + (os.getpid() % 512) * UID_STRIDE
+    """The first worker uid of this run, in the block no other live run holds."""
+    from ...isolation.sandbox import uid_block
+    return uid_block() + UID_OFFSET
 
 
 def default_jobs() -> int:
@@ -78,7 +77,7 @@ class Deducer:
 
     def __init__(self, settings: DeduceSettings, jobs: int | None = None,
                  sandbox: str = "auto"):
-        self.settings, self.jobs = settings, min(jobs or default_jobs(), UID_STRIDE)
+        self.settings, self.jobs = settings, min(jobs or default_jobs(), 1024)
         self.sandbox_mode = sandbox
         self.pool = None
         self.sandbox = "none"
