@@ -3,8 +3,8 @@
 # installed there) -> KernelBench programs -> Triton candidates -> dedup -> verify -> keep.
 # Results land in $OUT (default benchmarks/results/gpu).
 #
-#   bash benchmarks/scrape_gpu.sh            # build, then the kept pairs as JSON
-#   bash benchmarks/scrape_gpu.sh yield      # also the scrape yield of torch-nn on that host
+#   bash benchmarks/scrape_gpu.sh            # build, then the kept pairs as JSON (~5-8 min)
+#   bash benchmarks/scrape_gpu.sh yield      # only the scrape yield of torch-nn on that host
 #
 # Needs identify[license] (carried as wheels in .whl/ where the machine has no network).
 set -uo pipefail
@@ -14,6 +14,7 @@ mkdir -p "$OUT"
 python3 -c "import identify, ukkonen" 2>/dev/null || python3 -m pip install -q --no-deps \
   .whl/identify-*.whl .whl/ukkonen-*.whl .whl/cffi-*.whl .whl/pycparser-*.whl
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+if [ "${1:-build}" = "build" ]; then
 rm -rf "$BUILD"
 echo "== build $(date -u +%H:%M:%S)"
 timeout "${BUILD_TIMEOUT:-480}" python3 -m curate build --pipeline pipelines/scrape-example.yaml \
@@ -33,6 +34,7 @@ print(json.dumps({"kept": len(rows), "rows": [{k: r.get(k) for k in keys} for r 
                  indent=2, default=str))
 PY
 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('kept', d['kept']); [print(r['entry_point'], r['speedup'], r['speedup_ci_low']) for r in d['rows']]" "$OUT/scrape_build_kept.json"
+fi
 if [ "${1:-}" = "yield" ]; then
   echo "== yield $(date -u +%H:%M:%S)"
   timeout 300 python3 benchmarks/scrape_yield.py --targets torch-nn \
