@@ -292,7 +292,8 @@ def _readme_section(title: str) -> str:
 
 
 def _commands(section: str) -> list[list[str]]:
-    return [shlex.split(ln.split("#", 1)[0]) for ln in section.splitlines()
+    joined = section.replace("\\\n", " ")  # a command continued on the next line
+    return [shlex.split(ln.split("#", 1)[0]) for ln in joined.splitlines()
             if ln.startswith("    curate ")]
 
 
