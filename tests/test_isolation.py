@@ -106,3 +106,15 @@ def test_a_reused_pid_is_not_taken_for_an_exited_worker():
     assert z._replies == [{"pid": 7}]
     z.closed = False  # _listen marks the end of the messages as the server gone
     assert z.exit_code(7) is None
+
+
+def test_workers_never_inherit_the_parents_compile_caches(tmp_path, monkeypatch):
+    """torch sets TORCHINDUCTOR_CACHE_DIR in a process that compiled once; a worker must get a
+    cache folder of its own (under the sandbox another uid's folder is not writable)."""
+    from curate.isolation.pool import WorkerPool
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "parents"))
+    with WorkerPool("tests.isolation_handlers:handle", workers=1, timeout=30,
+                    scratch_root=str(tmp_path)) as pool:
+        env = pool.call({"kind": "env"}).value["env"]
+    assert env["TORCHINDUCTOR_CACHE_DIR"] != str(tmp_path / "parents")
+    assert env["TORCHINDUCTOR_CACHE_DIR"].startswith(str(tmp_path))

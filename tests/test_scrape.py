@@ -192,7 +192,7 @@ def test_graph_break_reason(tmp_path):
     assert res.exit_code == 0, res.output
     dropped = {r["entry_point"]: r for r in read_rows(tmp_path / "b.rejected.jsonl")}
     kept = {r["entry_point"] for r in read_rows(out)}
-    assert "scrape:graph_break" in dropped["Branchy"]["reasons"]
+    assert "scrape:graph_break" in dropped["Branchy"]["reasons"], dropped["Branchy"].get("error")
     assert "scrape:import_error" in dropped["NeedsExtension"]["reasons"]
     assert "an extension this machine does not have" in dropped["NeedsExtension"]["error"]
     assert kept == {"Smooth"}

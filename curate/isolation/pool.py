@@ -219,7 +219,10 @@ class _Slot:
                             **p.env_extra, **self.session_env})
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PKG_ROOT, env.get("PYTHONPATH")]))
         for var in CACHE_DIR_VARS:  # named, so nothing falls back to a path the server cached
-            env.setdefault(var, str(self.scratch / "cache" / var.lower()))
+            if var not in p.env_extra and var not in self.session_env:
+                # never the parent's own (torch sets TORCHINDUCTOR_CACHE_DIR in a process that
+                # compiled once): one worker uid may not write into another's folders
+                env[var] = str(self.scratch / "cache" / var.lower())
         if self.uid is not None:
             # the worker's own uid owns its scratch and its row's cache folders, nothing else;
             # the folders above them it may only pass through
