@@ -970,8 +970,10 @@ class DeviceGate:
         they are frozen while the batch runs)."""
         with self._cond:
             self._waiting_writers += 1
-            while self._writer or self._young_readers() is not None:
+            while True:
                 left = self._young_readers()
+                if not self._writer and left is None:
+                    break
                 self._cond.wait(max(0.01, min(1.0, left if left is not None else 1.0)))
             self._waiting_writers -= 1
             self._writer = True
