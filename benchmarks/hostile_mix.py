@@ -61,7 +61,9 @@ def kernelbench_rows(kb: Path, n: int, device: str, seed: int) -> tuple[list[dic
 
 
 def verify(rows: list[dict], device: str, workers: int | None, timeout: float,
-           label: str) -> tuple[dict, float]:
+           label: str, part: Path | None = None) -> tuple[dict, float]:
+    """Verify `rows` in one run; each row's result lands in `part` as it comes (a run cut at the
+    device call's limit still says how far it got)."""
     from curate.verify import Verifier
     clean = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
     out, t0 = {}, time.monotonic()
@@ -75,6 +77,9 @@ def verify(rows: list[dict], device: str, workers: int | None, timeout: float,
             print(f"{label} +{time.monotonic() - t0:6.1f}s {len(out):3d}/{len(rows)} "
                   f"{rows[i]['id'][:48]:48s} {res.status:20s} {res.speedup or 0:8.3f} "
                   f"{','.join(res.reasons[:3])}", file=sys.stderr, flush=True)
+            if part is not None:
+                part.write_text(json.dumps({"rows": out, "wall_s": time.monotonic() - t0,
+                                            "unfinished": len(out) < len(rows)}, default=str))
     return out, time.monotonic() - t0
 
 
@@ -125,7 +130,7 @@ def main(argv=None) -> int:
     for name, rows in plan.items():
         part = out.with_suffix(f".{name}.json")  # each run's rows as soon as it ends
         if name in runs:
-            res, wall = verify(rows, device, args.workers, args.timeout, name)
+            res, wall = verify(rows, device, args.workers, args.timeout, name, part)
             part.write_text(json.dumps({"rows": res, "wall_s": wall}, default=str))
         elif part.exists():  # a run of an earlier call (one device call may not fit all three)
             saved = json.loads(part.read_text())

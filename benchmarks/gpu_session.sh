@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# A session's GPU measurements as named phases, each with its own limit, inside one device
+# command (10 minutes). What a phase makes stays in $RES (/tmp/gpu_session, kept while the
+# machine is warm, else restored from a carried .kb/session/), and all of $RES is packed into
+# $OUT/session.tgz at the end: the device tool brings back 8 files at most.
+#
+#   bash benchmarks/gpu_session.sh mixed                  # synthesize KernelBench pairs, mixed run
+#   bash benchmarks/gpu_session.sh alone throughput       # honest and hostile alone; sandbox off/auto
+#   bash benchmarks/gpu_session.sh tests build            # pytest -m gpu; README command 1 on the GPU
+#
+# Phases: mixed, alone (issue 15: benchmarks/hostile_mix.py), throughput (issue 17:
+# verify_throughput.py with the sandbox off, then auto, on the same pairs), tests, build, llm
+# (llm_replay_build.sh), scrape (scrape_gpu.sh). Carry .kb (KernelBench levels 1-2) and .whl.
+set -u
+export PYTHONPATH=$PWD CURATE_KERNELBENCH=$PWD/.kb
+RES=${RES:-/tmp/gpu_session}
+OUT=${OUT:-benchmarks/results/gpu}
+TOTAL_S=${TOTAL_S:-575}
+mkdir -p "$RES" "$OUT"
+[ -d .kb/session ] && cp -n .kb/session/* "$RES/" 2>/dev/null
+LOG=$RES/run.log
+T0=$(date +%s)
+left() { echo $(( TOTAL_S - ($(date +%s) - T0) )); }
+# run PHASE LIMIT CMD...: the command under `timeout`, cut to what is left of the call
+run() {
+  local name=$1 limit=$2; shift 2
+  local avail=$(( $(left) - 25 ))
+  [ "$limit" -gt "$avail" ] && limit=$avail
+  if [ "$limit" -lt 30 ]; then echo "== $name skipped: ${avail}s left" >>"$LOG"; return; fi
+  echo "== $name ${limit}s $(date -u +%T)" >>"$LOG"
+  timeout "$limit" "$@" >>"$LOG" 2>&1
+  echo "== $name exit $? at +$(( $(date +%s) - T0 ))s" >>"$LOG"
+}
+bash benchmarks/whl_install.sh >>"$LOG" 2>&1
+export PATH="$(python3 -c 'import ninja; print(ninja.BIN_DIR)' 2>/dev/null):$PATH"
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  python3 -c "import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__)"
+  git log --oneline -1 2>/dev/null; } >>"$LOG" 2>&1
+MIX=(python3 benchmarks/hostile_mix.py --device cuda --kernelbench .kb --n "${N:-60}"
+     --pairs-cache "$RES/kb_pairs.jsonl" --out "$RES/hostile_mix.json")
+for phase in "$@"; do
+  case $phase in
+    mixed) run mixed "${MIX_S:-540}" "${MIX[@]}" --runs mixed ;;
+    alone) run alone "${ALONE_S:-330}" "${MIX[@]}" --runs honest,hostile ;;
+    table) run table 60 "${MIX[@]}" --runs none ;;
+    throughput)
+      for sb in off auto; do
+        run "throughput-$sb" "${TP_S:-130}" python3 benchmarks/verify_throughput.py \
+          --device cuda --pairs "$RES/kb_pairs.jsonl" --runs 1 --serial 0 --sandbox "$sb" \
+          --out "$RES/throughput_$sb.json"
+      done ;;
+    tests) run tests "${TESTS_S:-360}" python3 -m pytest -v -s -m gpu -p no:cacheprovider \
+             --timeout 240 tests/ ;;
+    build) rm -rf "$RES/build"
+           run build "${BUILD_S:-400}" python3 -m curate build --threshold 2.0 --device cuda \
+             --out "$RES/build"
+           cp "$RES/build/stats.json" "$RES/build_stats.json" 2>/dev/null ;;
+    llm) OUT=$RES/llm EXAMPLES="${EXAMPLES:-01 07 10 17 23}" DEADLINE=$(( $(left) - 60 )) \
+           BUILD=$RES/llm-build run llm "$(( $(left) - 30 ))" bash benchmarks/llm_replay_build.sh ;;
+    scrape) OUT=$RES/scrape BUILD=$RES/scrape-build BUILD_TIMEOUT=$(( $(left) - 60 )) \
+              run scrape "$(( $(left) - 30 ))" bash benchmarks/scrape_gpu.sh ;;
+    *) echo "unknown phase $phase" >>"$LOG" ;;
+  esac
+done
+tar czf "$OUT/session.tgz" -C "$RES" --exclude='*/ledger.sqlite*' . 2>/dev/null
+cp "$LOG" "$OUT/run.log"
+grep -v "^\(mixed\|honest\|hostile\|run1\) +\|HTTP Request" "$LOG" | tail -60
