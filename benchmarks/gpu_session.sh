@@ -18,7 +18,10 @@ OUT=${OUT:-benchmarks/results/gpu}
 TOTAL_S=${TOTAL_S:-575}
 mkdir -p "$RES" "$OUT"
 [ -d .kb/session ] && cp -n .kb/session/* "$RES/" 2>/dev/null
-LOG=$RES/run.log
+# hostile_mix's runs land in $OUT as they come (a call cut at its limit still brings them back);
+# the runs of an earlier call are read from there
+cp "$RES"/hostile_mix.*.json "$OUT/" 2>/dev/null
+LOG=$OUT/run.log
 T0=$(date +%s)
 left() { echo $(( TOTAL_S - ($(date +%s) - T0) )); }
 # run PHASE LIMIT CMD...: the command under `timeout`, cut to what is left of the call
@@ -37,17 +40,19 @@ export PATH="$(python3 -c 'import ninja; print(ninja.BIN_DIR)' 2>/dev/null):$PAT
   python3 -c "import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__)"
   git log --oneline -1 2>/dev/null; } >>"$LOG" 2>&1
 MIX=(python3 benchmarks/hostile_mix.py --device cuda --kernelbench .kb --n "${N:-60}"
-     --pairs-cache "$RES/kb_pairs.jsonl" --out "$RES/hostile_mix.json")
+     --pairs-cache "$RES/kb_pairs.jsonl" --out "$OUT/hostile_mix.json" --cache-dir "$RES/cc")
 for phase in "$@"; do
   case $phase in
     mixed) run mixed "${MIX_S:-540}" "${MIX[@]}" --runs mixed ;;
     alone) run alone "${ALONE_S:-330}" "${MIX[@]}" --runs honest,hostile ;;
+    honest|hostile) run "$phase" "${ALONE_S:-330}" "${MIX[@]}" --runs "$phase" ;;
     table) run table 60 "${MIX[@]}" --runs none ;;
     throughput)
       for sb in off auto; do
         run "throughput-$sb" "${TP_S:-130}" python3 benchmarks/verify_throughput.py \
           --device cuda --pairs "$RES/kb_pairs.jsonl" --runs 1 --serial 0 --sandbox "$sb" \
-          --out "$RES/throughput_$sb.json"
+          --cache-dir "$(mktemp -d "$RES/cc-tp-$sb-XXXX")" \
+          --out "$OUT/throughput_$sb.json"
       done ;;
     tests) run tests "${TESTS_S:-360}" python3 -m pytest -v -s -m gpu -p no:cacheprovider \
              --timeout 240 tests/ ;;
@@ -62,6 +67,6 @@ for phase in "$@"; do
     *) echo "unknown phase $phase" >>"$LOG" ;;
   esac
 done
-tar czf "$OUT/session.tgz" -C "$RES" --exclude='*/ledger.sqlite*' . 2>/dev/null
-cp "$LOG" "$OUT/run.log"
+cp "$OUT"/hostile_mix*.json "$RES/" 2>/dev/null
+tar czf "$OUT/session.tgz" -C "$RES" --exclude=./cc --exclude='*/ledger.sqlite*' . 2>/dev/null
 grep -v "^\(mixed\|honest\|hostile\|run1\) +\|HTTP Request" "$LOG" | tail -60

@@ -66,13 +66,14 @@ def problem_rows(files: list[Path], root: Path) -> list[dict]:
     return rows
 
 
-def synthesize(rows: list[dict], device: str) -> tuple[list[dict], dict]:
-    """Candidates from the synth-inductor step; what it dropped is counted by reason."""
+def synthesize(rows: list[dict], device: str, sandbox: str = "auto") -> tuple[list[dict], dict]:
+    """Candidates from the synth-inductor step; what it dropped is counted by reason, and the
+    first errors are kept (a run where every row fails says why)."""
     from curate.pipeline import config, registry
     cls = registry.load("synth-inductor", registry.STEPS)
-    step = config.instantiate(cls, {}, {"device": device}, "synth-inductor")
+    step = config.instantiate(cls, {"sandbox": sandbox}, {"device": device}, "synth-inductor")
     t0 = time.monotonic()
-    kept, dropped = [], Counter()
+    kept, dropped, errors = [], Counter(), []
     step.setup()
     try:
         out = step.process(rows)
@@ -81,10 +82,12 @@ def synthesize(rows: list[dict], device: str) -> tuple[list[dict], dict]:
             kept += [r for r in outcome.kept if r.get("kernel_code")]
             if outcome.dropped is not None:
                 dropped.update(outcome.reasons or ["unspecified"])
+                if len(errors) < 3 and outcome.dropped.get("error"):
+                    errors.append(outcome.dropped["error"][-600:])
     finally:
         step.teardown()
     return kept, {"seconds": time.monotonic() - t0, "candidates": len(kept),
-                  "dropped": dict(dropped)}
+                  "dropped": dict(dropped), "errors": errors, "sandbox": step.sandbox}
 
 
 # -- verify --------------------------------------------------------------------------------------
