@@ -7,6 +7,23 @@ import time
 
 def handle(task):
     kind = task["kind"]
+    if kind == "memfd_out":  # bytes back in a sealed memory file (or, hostile, an open one)
+        from curate.isolation import protocol, worker
+        data = task["value"].encode()
+        if task.get("unsealed"):
+            fd = os.memfd_create("open", os.MFD_ALLOW_SEALING)
+            os.write(fd, data)
+        else:
+            fd = protocol.sealed_memfd("out", len(data), lambda m: m.write(data))
+        worker.reply_fds([fd])
+        return {"size": len(data)}
+    if kind == "memfd_in":  # what the memory files that came with the task hold
+        from curate.isolation import protocol, worker
+        out = []
+        for fd in worker.task_fds():
+            n = protocol.sealed_size(fd)
+            out.append(os.pread(fd, n, 0).decode())
+        return {"read": out}
     if kind == "echo":
         return {"echo": task["value"], "cwd": os.getcwd()}
     if kind == "pid":

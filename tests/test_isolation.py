@@ -118,3 +118,54 @@ def test_workers_never_inherit_the_parents_compile_caches(tmp_path, monkeypatch)
         env = pool.call({"kind": "env"}).value["env"]
     assert env["TORCHINDUCTOR_CACHE_DIR"] != str(tmp_path / "parents")
     assert env["TORCHINDUCTOR_CACHE_DIR"].startswith(str(tmp_path))
+
+
+@pytest.mark.parametrize("fork_server", [None, ["curate.isolation.protocol"]])
+def test_memory_files_pass_from_one_worker_to_another_sealed(tmp_path, fork_server):
+    """Large outputs travel as sealed memory files: one worker's descriptor reaches another
+    worker through the parent, which reads no byte of it; a file left writable is refused by
+    the reader, and descriptors that a task did not ask for are closed at once."""
+    from curate.isolation import protocol
+    kw = dict(workers=1, timeout=30, scratch_root=str(tmp_path), fork_server=fork_server)
+    with WorkerPool("tests.isolation_handlers:handle", **kw) as a, \
+            WorkerPool("tests.isolation_handlers:handle", **kw) as b:
+        with a.hold() as sender, b.hold() as reader:
+            got = sender.call({"kind": "memfd_out", "value": "sealed bytes"}, accept_fds=True)
+            assert got.ok and len(got.fds) == 1, (got.status, got.error)
+            assert protocol.sealed_size(got.fds[0]) == len("sealed bytes")
+            read = reader.call({"kind": "memfd_in"}, fds=got.fds)
+            for fd in got.fds:
+                os.close(fd)
+            assert read.ok and read.value["read"] == ["sealed bytes"], (read.status, read.error)
+            bad = sender.call({"kind": "memfd_out", "value": "x", "unsealed": True},
+                              accept_fds=True)
+            refused = reader.call({"kind": "memfd_in"}, fds=bad.fds)
+            for fd in bad.fds:
+                os.close(fd)
+            assert refused.status == "error" and "still writable" in refused.error
+            before = len(os.listdir("/proc/self/fd"))
+            for _ in range(5):
+                unasked = sender.call({"kind": "memfd_out", "value": "y"})
+                assert unasked.ok and unasked.fds == []
+            assert len(os.listdir("/proc/self/fd")) <= before
+
+
+def test_fork_server_refuses_imports_that_initialized_cuda(monkeypatch):
+    """A fork server whose preloaded imports initialized CUDA would fork workers that cannot
+    use it (every row: "Cannot re-initialize CUDA in forked subprocess"): it fails at start,
+    naming the imports."""
+    import torch
+    from curate.isolation import zygote
+    zygote._refuse_initialized_cuda("torch")  # a CPU build: nothing initialized
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with pytest.raises(RuntimeError, match=r"\(torch,triton\) initialized CUDA"):
+        zygote._refuse_initialized_cuda("torch,triton")
+
+
+def test_synth_fork_server_on_the_gpu_leaves_inductor_to_each_worker():
+    """On a CUDA build, importing inductor's compile_fx initializes CUDA: the GPU synth fork
+    server preloads only what verify's (which runs CUDA in its forked workers) preloads."""
+    from curate.synth import inductor
+    from curate.verify import engine
+    assert "torch._inductor.compile_fx" not in inductor.PRELOAD["cuda"]
+    assert set(inductor.PRELOAD["cuda"]) <= set(engine.PRELOAD)

@@ -360,3 +360,25 @@ def test_synth_compiles_reference_programs_in_the_sandbox(tmp_path):
         step.teardown()
         import shutil
         shutil.rmtree(out, ignore_errors=True)
+
+
+def test_every_stage_decides_its_sandbox_the_same_way(monkeypatch, caplog):
+    """verify, synth and scrape ask one function: off is off, strict refuses to go on without
+    a sandbox (naming the stage), auto goes on loudly; a stage's own check can say no."""
+    from curate.isolation import sandbox
+    assert sandbox.choose("off", "cpu", [], "scrape") == (None, "off")
+    with pytest.raises(ValueError):
+        sandbox.choose("loose", "cpu", [], "scrape")
+    monkeypatch.setattr(sandbox, "probe", lambda device: "no bwrap binary")
+    with pytest.raises(sandbox.SandboxUnavailable, match="synth --sandbox strict.*no bwrap"):
+        sandbox.choose("strict", "cpu", [], "synth")
+    with caplog.at_level("WARNING", logger="curate"):
+        assert sandbox.choose("auto", "cpu", [], "scrape") == (None, "no bwrap binary")
+    assert "scrape: NO SANDBOX" in caplog.text
+    monkeypatch.setattr(sandbox, "probe", lambda device: None)
+    monkeypatch.setattr(sandbox, "bwrap_argv", lambda writable, device: ["bwrap", *writable])
+    assert sandbox.choose("auto", "cuda", ["/s"], "verify") == (["bwrap", "/s"], "ok")
+    refuse = lambda wrap: (False, "CUDA error 304")  # noqa: E731
+    assert sandbox.choose("auto", "cuda", ["/s"], "verify", refuse) == (None, "CUDA error 304")
+    from curate.verify import engine
+    assert engine.SandboxUnavailable is sandbox.SandboxUnavailable  # the old spelling

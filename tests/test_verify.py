@@ -264,6 +264,27 @@ def test_speedup_interval_brackets_the_true_ratio():
     assert speedup_ci([], [])["speedup"] is None
 
 
+def test_speedup_interval_spans_rounds_that_a_drifting_load_moved():
+    """On a shared CPU the load moves whole rounds: each round's calls agree with each other,
+    but the rounds' speedups spread from 1.8x to 2.2x. Call-level resampling alone gives an
+    interval far narrower than that spread; with the rounds it reaches across it."""
+    rng = np.random.default_rng(2)
+    rounds = []
+    for ratio in np.linspace(1.8, 2.2, 8):
+        cand = list(rng.normal(1.0, 0.005, 16))
+        rounds.append((list(rng.normal(ratio, 0.005, 16)), cand))
+    ref_ms = [x for r, _ in rounds for x in r]
+    cand_ms = [x for _, c in rounds for x in c]
+    calls = speedup_ci(ref_ms, cand_ms)
+    both = speedup_ci(ref_ms, cand_ms, rounds=rounds)
+    assert both["speedup"] == calls["speedup"]
+    assert both["speedup_ci_low"] <= calls["speedup_ci_low"] <= calls["speedup_ci_high"] \
+        <= both["speedup_ci_high"]
+    assert both["speedup_ci_high"] - both["speedup_ci_low"] > \
+        2 * (calls["speedup_ci_high"] - calls["speedup_ci_low"])
+    assert both["speedup_ci_low"] < 1.95 and both["speedup_ci_high"] > 2.05
+
+
 def test_device_lock_excludes_readers_while_timing(tmp_path):
     log = tmp_path / "log"
     reader = (f"import time; from curate.verify.lock import DeviceLock\n"
@@ -372,9 +393,50 @@ def test_output_descriptions_from_the_candidate_are_checked(tmp_path):
     transport.check_bounds([0, 4], [4, 1], 0, torch.float32, 0)  # empty views fit anywhere
 
 
-def test_verify_on_cpu_sends_outputs_inside_the_replies(cache_dir):
+def test_outputs_travel_in_sealed_memory_files(monkeypatch):
+    """The bytes of every output, across files of at most MEMFD_CHUNK bytes, come back as they
+    went (dtypes, empty and 0-d tensors, None); a description that does not fit its files, or
+    a file that is still writable, is refused."""
+    import fcntl
+    from curate.verify import transport
+    monkeypatch.setattr(transport, "MEMFD_CHUNK", 100)  # outputs that span several files
+    items = [torch.arange(60, dtype=torch.float32).reshape(3, 20), None,
+             torch.tensor([True, False, True]), torch.tensor(7, dtype=torch.int64),
+             torch.empty(0, 4, dtype=torch.float16), torch.randn(5, 3, dtype=torch.float64).t()]
+    desc, fds = transport.send_memfd(items)
+    try:
+        assert len(fds) == -(-desc["size"] // 100) > 2
+        got = transport.receive(desc, "cpu", fds)
+        assert got[1] is None and len(got) == len(items)
+        for a, b in zip(items, got):
+            if a is not None:
+                assert b.dtype == a.dtype and b.shape == a.shape and torch.equal(a, b)
+        for change in ({"size": desc["size"] + 1}, {"chunk": 50},
+                       {"items": [{**desc["items"][0], "nbytes": 4}]},
+                       {"items": [{**desc["items"][0], "offset": desc["size"]}]}):
+            with pytest.raises(ValueError):
+                transport.receive({**desc, **change}, "cpu", fds)
+        with pytest.raises(ValueError):
+            transport.receive(desc, "cpu", fds[:-1])
+    finally:
+        for fd in fds:
+            os.close(fd)
+    fd = os.memfd_create("open", os.MFD_ALLOW_SEALING)
+    os.write(fd, b"\0" * 12)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+    open_desc = {"transport": "memfd", "size": 12, "chunk": 100,
+                 "items": [{"kind": "tensor", "dtype": "float32", "shape": [3], "offset": 0,
+                            "nbytes": 12}]}
+    try:
+        with pytest.raises(ValueError, match="writable"):
+            transport.receive(open_desc, "cpu", [fd])
+    finally:
+        os.close(fd)
+
+
+def test_verify_on_cpu_sends_outputs_in_memory_files(cache_dir):
     with Verifier(device="cpu", workers=1, cache_dir=cache_dir, compile_workers=0) as v:
-        assert v.transport == "inline" and "transport" not in v.config()
+        assert v.transport == "memfd" and "transport" not in v.config()
         assert v.confined in (True, False)  # Landlock on the CPU device where the kernel has it
     with pytest.raises(ValueError):
         Verifier(device="cpu", transport="cuda_ipc")

@@ -12,12 +12,13 @@ import resource
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -25,7 +26,7 @@ from . import confine
 from .freeze import Freezer
 from .sandbox import chown_tree, kill_uid, wait_uid_gone
 from .zygote import Zygote
-from .protocol import ProtocolError, recv, send
+from .protocol import ProtocolError, drain_fds, recv, recv_fds, send, send_fds
 
 # Environment variables a candidate must never see: anything named like a credential, and the
 # variables of services that hold one.
@@ -134,6 +135,7 @@ class TaskResult:
     output: str = ""
     seconds: float = 0.0
     exit_code: int | None = None
+    fds: list[int] = field(default_factory=list)  # came with the answer: the caller closes them
 
     @property
     def ok(self) -> bool:
@@ -236,24 +238,31 @@ class _Slot:
             chown_tree(str(self.scratch), self.uid)
         plan = confine.plan(str(self.scratch), env, tuple(p.limits.writable),
                             hide_home=p.limits.hide_home) if p.limits.confine else None
-        if p.fork_server is not None:
-            zyg = p.zygote()
-            self.proc, self.task_w, self.res_r = zyg.spawn(
-                cwd=str(self.scratch), env=env, handler=p.handler, setup=p.setup,
-                limits=_limits_dict(p.limits),
-                confine=dataclasses.asdict(plan) if plan is not None else None, uid=self.uid)
-        else:
-            task_r, task_w = os.pipe()
-            res_r, res_w = os.pipe()
-            cmd = [sys.executable, "-m", "curate.isolation.worker", str(task_r), str(res_w),
-                   p.handler, p.setup or ""]
-            self.proc = subprocess.Popen(
-                cmd, cwd=self.scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, pass_fds=(task_r, res_w), start_new_session=True,
-                preexec_fn=_preexec(p.limits, plan), close_fds=True)
-            os.close(task_r)
-            os.close(res_w)
-            self.task_w, self.res_r = task_w, res_r
+        # file descriptors beside the messages (sealed memory files of large outputs)
+        self.fd_sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            if p.fork_server is not None:
+                zyg = p.zygote()
+                self.proc, self.task_w, self.res_r = zyg.spawn(
+                    cwd=str(self.scratch), env=env, handler=p.handler, setup=p.setup,
+                    limits=_limits_dict(p.limits),
+                    confine=dataclasses.asdict(plan) if plan is not None else None,
+                    uid=self.uid, fd_sock=theirs.fileno())
+            else:
+                task_r, task_w = os.pipe()
+                res_r, res_w = os.pipe()
+                cmd = [sys.executable, "-m", "curate.isolation.worker", str(task_r),
+                       str(res_w), p.handler, p.setup or "", str(theirs.fileno())]
+                self.proc = subprocess.Popen(
+                    cmd, cwd=self.scratch, env=env, stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                    pass_fds=(task_r, res_w, theirs.fileno()), start_new_session=True,
+                    preexec_fn=_preexec(p.limits, plan), close_fds=True)
+                os.close(task_r)
+                os.close(res_w)
+                self.task_w, self.res_r = task_w, res_r
+        finally:
+            theirs.close()
         if p.freezer is not None:
             p.freezer.add(self.proc.pid)
         self._out, self._out_total = bytearray(), 0
@@ -343,14 +352,20 @@ class _Slot:
             self.proc.stdout.close()
         except Exception:  # noqa: BLE001
             pass
+        if getattr(self, "fd_sock", None) is not None:
+            self.fd_sock.close()
+            self.fd_sock = None
         if self.scratch and not self.pool.keep_scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
         self.proc = None
 
     # -- tasks ---------------------------------------------------------------------------
-    def run(self, task: Any, timeout: float, defer_recycle: bool = False) -> TaskResult:
-        """One task on this worker. With `defer_recycle`, a worker that asks to be replaced
-        lives on until `kill_if_pending()` (what it handed out is still in use)."""
+    def run(self, task: Any, timeout: float, defer_recycle: bool = False,
+            fds: list[int] | None = None, accept_fds: bool = False) -> TaskResult:
+        """One task on this worker, with `fds` (the caller's, still open after) beside it;
+        descriptors in the answer are kept (`TaskResult.fds`) only with `accept_fds`.
+        With `defer_recycle`, a worker that asks to be replaced lives on until
+        `kill_if_pending()` (what it handed out is still in use)."""
         if self.proc is None or self.proc.poll() is not None:
             self.kill()
             self.start()
@@ -358,15 +373,30 @@ class _Slot:
         with self._lock:
             self._out, self._out_total = bytearray(), 0
         t0 = time.monotonic()
+        came: list[int] = []
         try:
+            drain_fds(self.fd_sock)
+            if fds:
+                task = dict(task, _fds=len(fds))
             send(self.task_w, task)
+            if fds:
+                send_fds(self.fd_sock, fds)
             msg = self._wait(timeout)
-        except (BrokenPipeError, OSError):
+            if isinstance(msg, dict) and "value" in msg and msg.get("_fds"):
+                n = msg["_fds"]
+                if not isinstance(n, int) or not 0 < n <= 253:
+                    raise ProtocolError(f"an answer announced {n!r} file descriptors")
+                came = recv_fds(self.fd_sock, n, 10.0)
+                if not accept_fds:
+                    for fd in came:
+                        os.close(fd)
+                    came = []
+        except (BrokenPipeError, OSError, ProtocolError):
             msg = "crashed"
         secs = time.monotonic() - t0
         recycle = False
         if isinstance(msg, dict) and "value" in msg:
-            res = TaskResult("ok", value=msg["value"], seconds=secs)
+            res = TaskResult("ok", value=msg["value"], seconds=secs, fds=came)
             # a handler may ask for a fresh process after a task that left it unusable or
             # tampered with (e.g. a poisoned CUDA context, patched library functions)
             recycle = isinstance(msg["value"], dict) and bool(msg["value"].get("_recycle"))
@@ -417,9 +447,10 @@ class HeldWorker:
         self.pool, self.slot = pool, slot
         self._served = False
 
-    def call(self, task: Any, timeout: float | None = None) -> TaskResult:
+    def call(self, task: Any, timeout: float | None = None,
+             fds: list[int] | None = None, accept_fds: bool = False) -> TaskResult:
         """A worker of this session that died between two requests is a crash of the session,
-        never replaced by a fresh process that knows nothing of it."""
+        never replaced by a fresh process that knows nothing of it. `fds` go with the task."""
         slot = self.slot
         if self._served and (slot.proc is None or slot.proc.poll() is not None):
             code = slot.proc.returncode if slot.proc is not None else None
@@ -430,7 +461,8 @@ class HeldWorker:
                               error="the worker died between two requests of its session"
                                     + self.pool.server_note())
         self._served = True
-        return self.pool._run_on(slot, task, timeout, defer_recycle=True)
+        return self.pool._run_on(slot, task, timeout, defer_recycle=True, fds=fds,
+                                 accept_fds=accept_fds)
 
     @property
     def alive(self) -> bool:
@@ -530,11 +562,13 @@ class WorkerPool:
             self._free.put(slot)
 
     def _run_on(self, slot: "_Slot", task: Any, timeout: float | None,
-                defer_recycle: bool = False) -> TaskResult:
+                defer_recycle: bool = False, fds: list[int] | None = None,
+                accept_fds: bool = False) -> TaskResult:
         if slot.proc is None:
             self.started += 1
         try:
-            res = slot.run(task, self.timeout if timeout is None else timeout, defer_recycle)
+            res = slot.run(task, self.timeout if timeout is None else timeout, defer_recycle,
+                           fds, accept_fds)
         except Exception as exc:  # the worker could not even start
             res = TaskResult("crashed", error=f"worker start failed: {exc}")
             slot.kill()

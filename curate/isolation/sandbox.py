@@ -151,6 +151,35 @@ def probe(device: str = "cpu") -> str | None:
     return None
 
 
+class SandboxUnavailable(RuntimeError):
+    """`--sandbox strict` on a machine where no sandbox can be set up."""
+
+
+def choose(mode: str, device: str, writable: list[str], stage: str,
+           check=None) -> tuple[list[str] | None, str]:
+    """The bubblewrap command line around one stage's workers, or None, and why: `off` (asked
+    for), `ok`, or what the probe (or `check(argv) -> (ok, why)`, a stage's own trial of a
+    worker under it) found. `strict` raises SandboxUnavailable where none can be set up; `auto`
+    goes on without it, saying so loudly (every row records what it ran under)."""
+    if mode not in ("auto", "strict", "off"):
+        raise ValueError(f"unknown sandbox mode {mode!r}: use auto, strict or off")
+    if mode == "off":
+        return None, "off"
+    why = probe(device)
+    wrap = None if why else bwrap_argv(writable, device)
+    if wrap is not None and check is not None:
+        ok, why = check(wrap)
+        wrap = wrap if ok else None
+    if wrap is None:
+        if mode == "strict":
+            raise SandboxUnavailable(f"{stage} --sandbox strict: no sandbox here ({why})")
+        import logging
+        logging.getLogger("curate").warning(
+            "%s: NO SANDBOX: its workers run with the parent's uid and file system view (%s); "
+            "every row records it", stage, why)
+    return wrap, why or "ok"
+
+
 def uid_pids(uid: int) -> list[int]:
     """Processes of `uid` (zombies included: they still hold the uid until reaped)."""
     out = []

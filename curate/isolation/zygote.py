@@ -49,7 +49,8 @@ def _child(req: dict, fds: list[int], ctrl: socket.socket) -> None:
     try:
         ctrl.close()
         os.setsid()
-        task_r, res_w, out_w = fds
+        task_r, res_w, out_w = fds[:3]
+        fd_sock = fds[3] if len(fds) > 3 else None
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out_w, 1)
@@ -68,7 +69,7 @@ def _child(req: dict, fds: list[int], ctrl: socket.socket) -> None:
         from .pool import apply_limits
         apply_limits(req.get("limits") or {}, req.get("confine"))
         from .worker import serve
-        code = serve(task_r, res_w, req["handler"], req.get("setup") or "")
+        code = serve(task_r, res_w, req["handler"], req.get("setup") or "", fd_sock)
     except BaseException:  # noqa: BLE001 - a child never returns into the server's loop
         import traceback
         try:
@@ -89,6 +90,15 @@ def _kill_namespace() -> None:
         pass
 
 
+def _refuse_initialized_cuda(preload: str) -> None:
+    """A server whose imports initialized CUDA forks children that cannot use it ("Cannot
+    re-initialize CUDA in forked subprocess" in every row): fail at start, naming the imports."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        raise RuntimeError(f"the fork server's imports ({preload}) initialized CUDA, so no forked "
+                           "worker could use it: preload only what leaves CUDA uninitialized")
+
+
 def main(argv: list[str]) -> int:
     ctrl = socket.socket(fileno=int(argv[0]))
     # "ns": started by bubblewrap in a PID namespace of its own, where kill(-1) reaches only the
@@ -105,6 +115,7 @@ def main(argv: list[str]) -> int:
             raise
         if fn:
             getattr(m, fn)()
+    _refuse_initialized_cuda(argv[1] if len(argv) > 1 else "")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     ctrl.send(json.dumps({"ready": os.getpid()}).encode())
     while True:
@@ -121,7 +132,7 @@ def main(argv: list[str]) -> int:
                 _kill_namespace()
             return 0  # unsandboxed children are killed by their pool
         req = json.loads(data)
-        if req.get("op") != "fork" or len(fds) != 3:
+        if req.get("op") != "fork" or len(fds) not in (3, 4):
             for fd in fds:
                 os.close(fd)
             ctrl.send(json.dumps({"error": "bad request"}).encode())
@@ -254,8 +265,9 @@ class Zygote:
 
     def spawn(self, *, cwd: str, env: dict[str, str], handler: str, setup: str | None,
               limits: dict, confine: dict | None, uid: int | None = None,
-              timeout: float = 30.0) -> tuple[ForkedChild, int, int]:
-        """Fork a worker; returns (child, task_w, res_r), the parent's ends of its pipes."""
+              timeout: float = 30.0, fd_sock: int | None = None) -> tuple[ForkedChild, int, int]:
+        """Fork a worker; returns (child, task_w, res_r), the parent's ends of its pipes.
+        `fd_sock`: the worker's end of its socket for file descriptors (the caller's)."""
         task_r, task_w = os.pipe()
         res_r, res_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -263,7 +275,8 @@ class Zygote:
                "limits": limits, "confine": confine, "uid": uid}
         try:
             with self._spawn_lock:
-                socket.send_fds(self.sock, [json.dumps(req).encode()], [task_r, res_w, out_w])
+                socket.send_fds(self.sock, [json.dumps(req).encode()],
+                                [task_r, res_w, out_w] + ([fd_sock] if fd_sock is not None else []))
                 reply = self._reply(timeout)
         except BaseException:
             for fd in (task_w, res_r, out_r):

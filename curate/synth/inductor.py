@@ -10,7 +10,6 @@ crashes its worker is a dropped row with a machine-readable reason, never a fail
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Iterator
 
@@ -20,9 +19,11 @@ from .rewrite import RewriteError
 
 HANDLER = "curate.synth.inductor_worker:handle"
 SETUP = "curate.synth.inductor_worker:setup"
-PRELOAD = ["torch", "torch._dynamo", "torch._inductor.compile_fx", "?triton"]  # fork server
+# the fork server's imports: on a CUDA build, importing inductor's compile_fx initializes CUDA
+# (a forked worker then cannot use it), so there it is each worker's own import
+PRELOAD = {"cpu": ["torch", "torch._dynamo", "torch._inductor.compile_fx", "?triton"],
+           "cuda": ["torch", "torch._dynamo", "?triton"]}
 UID_OFFSET = 1024  # synth workers' uids in this process's block (sandbox.uid_block)
-log = logging.getLogger("curate.synth")
 MODES = ("default", "max-autotune")
 DEVICES = ("cuda", "cpu")
 
@@ -165,23 +166,18 @@ class InductorSynth(Step):
         self.pool = WorkerPool(HANDLER, setup=SETUP, workers=self.workers, timeout=self.timeout,
                                setup_timeout=300, env=env, limits=limits,
                                max_tasks_per_worker=50, scratch_root=self._cache,
-                               fork_server=PRELOAD if wrap else None, sandbox=wrap,
+                               fork_server=PRELOAD[self.device] if wrap else None, sandbox=wrap,
                                uid_base=uid_block() + UID_OFFSET if wrap else None)
 
     def _sandbox_argv(self, env: dict) -> list[str] | None:
         """bubblewrap around the workers, as verify's (reference programs are untrusted too):
         each worker under a uid of its own caches in its own scratch, and reads the ISA probes
         that a trusted process made beforehand."""
-        from ..isolation.sandbox import bwrap_argv, probe
-        why = "off" if self.sandbox_mode == "off" else probe(self.device)
-        wrap = None if why else bwrap_argv([self._cache, env["CURATE_ISA_CACHE"]], self.device)
+        from ..isolation.sandbox import choose
+        wrap, _ = choose(self.sandbox_mode, self.device, [self._cache, env["CURATE_ISA_CACHE"]],
+                         "synth")
         if wrap is None:
             self.sandbox = "none"
-            if self.sandbox_mode == "strict":
-                from ..verify.engine import SandboxUnavailable
-                raise SandboxUnavailable(f"synth --sandbox strict: no sandbox here ({why})")
-            if why != "off":
-                log.warning("synth: NO SANDBOX around the compile workers (%s)", why)
             return None
         env.pop("CURATE_SYNTH_CACHE")  # one uid may not write into another's cache folders
         if self.device == "cpu":

@@ -28,7 +28,8 @@ from typing import Iterable, Iterator
 
 from ..isolation import Limits, TaskResult, WorkerPool
 from ..isolation.freeze import Freezer, cpu_seconds
-from ..isolation.sandbox import bwrap_argv, probe as sandbox_probe, uid_block
+from ..isolation.sandbox import SandboxUnavailable  # noqa: F401 - where callers import it
+from ..isolation.sandbox import choose as choose_sandbox, uid_block
 from ..record import row_key
 from .hooks import CheckContext, load_checks, run_hook
 from .timing import speedup_ci
@@ -68,10 +69,6 @@ TIMING_SLACK = {"cpu": (3.0, 2.0), "cuda": (3.0, 0.5)}
 IDLE_CPU = (0.02, 0.10)      # a candidate idle while the reference runs: < 20 ms or 10% of it
 BATCH_S = {"cpu": 0.025, "cuda": 0.01}   # a timed batch lasts at least this long (seconds)
 SETTLE_S = 0.03              # CPU: pause between a candidate's batch and the reference's
-
-
-class SandboxUnavailable(RuntimeError):
-    """`--sandbox strict` on a machine where no sandbox can be set up."""
 
 
 @dataclass
@@ -175,11 +172,13 @@ class Verifier:
         self.ref_workers = self.workers
         if transport == "files":
             transport = "inline"  # the judge reads nothing a candidate can write
-        if transport not in ("auto", "inline", "cuda_ipc"):
-            raise ValueError(f"transport must be auto, inline or cuda_ipc, not {transport!r}")
+        if transport not in ("auto", "memfd", "inline", "cuda_ipc"):
+            raise ValueError("transport must be auto, memfd, inline or cuda_ipc, "
+                             f"not {transport!r}")
         if transport == "cuda_ipc" and device != "cuda":
             raise ValueError("transport cuda_ipc needs device cuda")
-        # auto: CUDA IPC on the GPU when a probe between two workers passes (see start())
+        # auto: CUDA IPC on the GPU when a probe between two workers passes (see start()),
+        # else sealed memory files
         self.transport = transport
         self.freezer = Freezer()     # a timed batch stops every other worker
         self._device = DeviceGate()  # timed batches alone on the device, other work shared
@@ -285,9 +284,9 @@ class Verifier:
             self._parent_checks = [c for c in self._parent_checks
                                    if getattr(c, "name", "") != "static"]
         if self.transport == "auto":
-            self.transport = "inline"
+            self.transport = "memfd"
             if self.device == "cuda":
-                self.transport = "cuda_ipc" if self._probe_ipc() else "inline"
+                self.transport = "cuda_ipc" if self._probe_ipc() else "memfd"
         self._watchdog = threading.Thread(target=self._watch, daemon=True, name="verify-watchdog")
         self._watchdog.start()
         log.info("verify: outputs reach the judge by %s", self.transport)
@@ -295,20 +294,10 @@ class Verifier:
     def _decide_sandbox(self, env: dict, limits: Limits, scratch: str) -> list[str] | None:
         """bubblewrap around the workers where it runs here (and, on the GPU, where a worker
         under it can run CUDA and a Triton kernel); `strict` refuses to go on without it."""
-        if self.sandbox_mode == "off":
-            self.sandbox_probe = "off"
-            return None
-        why = sandbox_probe(self.device)
-        wrap = None if why else bwrap_argv([scratch, str(self.cache_dir)], self.device)
-        if wrap is not None and self.device == "cuda":
-            ok, why = self._probe_worker(env, limits, scratch, wrap)
-            wrap = wrap if ok else None
-        self.sandbox_probe = why or "ok"
-        if wrap is None:
-            if self.sandbox_mode == "strict":
-                raise SandboxUnavailable(f"verify --sandbox strict: no sandbox here ({why})")
-            log.warning("verify: NO SANDBOX: candidates run with the parent's uid and file "
-                        "system view (%s); every row records it", why)
+        check = (lambda wrap: self._probe_worker(env, limits, scratch, wrap)) \
+            if self.device == "cuda" else None
+        wrap, self.sandbox_probe = choose_sandbox(
+            self.sandbox_mode, self.device, [scratch, str(self.cache_dir)], "verify", check)
         return wrap
 
     def _probe_worker(self, env: dict, limits: Limits, scratch: str, wrap: list[str] | None
@@ -350,7 +339,7 @@ class Verifier:
     def _probe_ipc(self) -> bool:
         """One tensor from a candidate worker to a judge over CUDA IPC: where that fails (no
         IPC between these processes: under the sandbox each worker has a uid of its own), outputs
-        travel inline through the parent."""
+        travel in sealed memory files."""
         try:
             with self.pools["candidate"].hold() as cw:
                 sent = cw.call({"role": "probe_send", "device": self.device}, 120)
@@ -364,11 +353,11 @@ class Verifier:
                 cw.call({"role": "release"}, 60)
             ok = got.ok and isinstance(got.value, dict) and got.value.get("status") == "ok"
             if not ok:
-                log.warning("CUDA IPC probe failed (%s): outputs travel inline",
+                log.warning("CUDA IPC probe failed (%s): outputs travel in memory files",
                             (got.error or str(got.value))[:300])
             return ok
         except Exception as exc:  # noqa: BLE001
-            log.warning("CUDA IPC probe failed (%s): outputs travel inline", exc)
+            log.warning("CUDA IPC probe failed (%s): outputs travel in memory files", exc)
             return False
 
     def close(self) -> None:
@@ -503,12 +492,15 @@ class Verifier:
         return t
 
     def _on_device(self, w, task: dict, timeout: float | None = None,
-                   exclusive: bool = False) -> TaskResult:
+                   exclusive: bool = False, fds: list[int] | None = None,
+                   accept_fds: bool = False) -> TaskResult:
         """A request that runs on the device: it waits for the device gate first, and its
         time limit starts only once it holds it."""
         self._phase(f"waiting for the device ({task.get('role')} {task.get('op', '')})")
         with (self._device.exclusive() if exclusive else self._device.shared()):
             self._phase(f"{task.get('role')} {task.get('op', '')}")
+            if fds or accept_fds:
+                return w.call(task, timeout, fds=fds, accept_fds=accept_fds)
             return w.call(task, timeout)
 
     # -- one row, in named phases ----------------------------------------------------------
@@ -651,15 +643,21 @@ class Verifier:
         """The candidate's output of call `index` of its last batch, compared by the judge with
         the reference's output of the same call. False when the row is over."""
         got = self._on_device(cw, {"role": "candidate", "op": "fetch", "index": index,
-                                   "transport": self.transport})
+                                   "transport": self.transport}, accept_fds=True)
         if not self._task_ok(got, res, "candidate") or got.value.get("status") != "ok":
             if got.ok:
                 self._worker_status(got.value, res)
+            for fd in got.fds:
+                os.close(fd)
             return False
-        cmp = self._on_device(jw, {"role": "judge", "op": "compare", "call": call,
-                                   "outputs": got.value.get("outputs"),
-                                   "structure": got.value.get("structure"),
-                                   "precision": precision})
+        try:  # the memory files of the outputs, if any, go on to the judge, who checks them
+            cmp = self._on_device(jw, {"role": "judge", "op": "compare", "call": call,
+                                       "outputs": got.value.get("outputs"),
+                                       "structure": got.value.get("structure"),
+                                       "precision": precision}, fds=got.fds)
+        finally:
+            for fd in got.fds:
+                os.close(fd)
         if not self._judge_ok(cmp, res):
             return False
         if not cmp.value.get("ok"):
@@ -731,7 +729,9 @@ class Verifier:
         res.timed_trials = len(samples["ref_ms"])
         self._judge_timing(ctx, res, samples)
         sp = speedup_ci(samples["ref_ms"], samples["cand_ms"],
-                        seed=_seed(self.seed, row_key(row), "boot"))
+                        seed=_seed(self.seed, row_key(row), "boot"),
+                        rounds=[(r[1], c[1]) for r, c in zip(samples["ref_wall"],
+                                                             samples["cand_wall"])])
         for k, v in sp.items():
             setattr(res, k, v)
         res.notes["timing"] = {"rounds": rounds - 1, "per_batch": per_batch,

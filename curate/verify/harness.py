@@ -546,6 +546,10 @@ def _candidate_fetch(s: _Session, task: dict) -> dict:
     transport.release()
     if task.get("transport") == "cuda_ipc":
         desc = transport.send(items, Path.cwd(), i, "cuda_ipc")
+    elif task.get("transport") == "memfd":
+        from ..isolation import worker
+        desc, fds = transport.send_memfd(items)
+        worker.reply_fds(fds)
     else:
         desc = transport.send_inline(items)
     return {"status": "ok", "outputs": desc, "structure": struct}
@@ -627,7 +631,8 @@ def _judge_compare(s: _Session, task: dict) -> dict:
     else:
         (ref_items, ref_struct), = s.runner.run([(k, scale)], keep=True).outputs
     try:
-        items = transport.receive(task.get("outputs"), s.device)
+        from ..isolation import worker
+        items = transport.receive(task.get("outputs"), s.device, worker.task_fds())
     except Exception as exc:  # noqa: BLE001 - a hostile or broken description
         s.total.fail("outputs_unreadable", f"call {k}/{scale}: {type(exc).__name__}: {exc}"[:300])
         return {"status": "ok", "ok": False}

@@ -1,9 +1,14 @@
 """How a candidate's outputs reach the judge, while the judge's reference outputs never enter
 the candidate's process.
 
-- `files` (the CPU device, and the GPU when CUDA IPC is not available): the candidate worker
-  saves its outputs with `torch.save` into the row's job directory; the judge loads them with
-  `weights_only` (tensors only, no code).
+- `memfd` (the CPU device, and the GPU when CUDA IPC is not available, e.g. between two
+  sandboxes): the candidate worker copies its outputs into memory files and seals them against
+  any later write before their descriptors leave with its reply; the judge checks the seals
+  and maps them read-only. Nothing passes through the parent's memory:
+  the base64-in-JSON `inline` form of the same could not carry a KernelBench output of 2 GiB.
+- `inline`: the bytes inside the reply (small outputs; no descriptors).
+- `files` (the old spelling): the candidate worker saves its outputs with `torch.save` into the
+  row's job directory; the judge loads them with `weights_only` (tensors only, no code).
 - `cuda_ipc` (the GPU): the candidate worker copies its outputs, right after the device-wide
   synchronize, into tensors the harness owns and hands the judge their CUDA IPC handles; the
   judge maps the same device memory. Nothing goes to the host and back: KernelBench outputs
@@ -18,12 +23,13 @@ Worker side only: nothing here runs in the parent.
 from __future__ import annotations
 
 import base64
+import os
 import re
 from pathlib import Path
 
 import torch
 
-TRANSPORTS = ("files", "cuda_ipc")
+TRANSPORTS = ("files", "cuda_ipc", "memfd", "inline")
 
 _HELD: list = []      # the candidate worker's exported tensors, until release()
 
@@ -63,6 +69,100 @@ def send_inline(items: list) -> dict:
         else:
             raise ValueError(f"an output of type {type(x).__name__} cannot be compared")
     return {"transport": "inline", "items": specs}
+
+
+MEMFD_CHUNK = 512 << 20  # one memory file's bytes at most (RLIMIT_FSIZE bounds each file)
+
+
+def _flat_bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1).view(torch.uint8)
+
+
+def send_memfd(items: list) -> tuple[dict, list[int]]:
+    """Trial outputs in sealed memory files (candidate worker): the bytes of every output, one
+    after the other, in files of MEMFD_CHUNK bytes at most, copied straight from the device
+    and sealed before they leave; the descriptors go with the reply (worker.reply_fds). The
+    judge checks the seals, so nothing can change them after the handover; no byte passes
+    through the parent, whatever the outputs weigh."""
+    from ..isolation.protocol import sealed_memfd
+    specs, parts, total = [], [], 0
+    for x in items:
+        if x is None:
+            specs.append({"kind": "none"})
+            continue
+        if not isinstance(x, torch.Tensor):
+            raise ValueError(f"an output of type {type(x).__name__} cannot be compared")
+        t = x.detach().contiguous()
+        n = t.numel() * t.element_size()
+        off = -(-total // 64) * 64
+        specs.append({"kind": "tensor", "dtype": str(t.dtype).removeprefix("torch."),
+                      "shape": list(t.shape), "offset": off, "nbytes": n})
+        if n:
+            parts.append((_flat_bytes(t), off, n))
+        total = off + n
+    fds: list[int] = []
+    try:
+        for start in range(0, total, MEMFD_CHUNK):
+            size = min(MEMFD_CHUNK, total - start)
+
+            def fill(m, start=start, size=size):
+                dst = torch.frombuffer(m, dtype=torch.uint8, count=size)
+                for src, off, n in parts:
+                    a, b = max(off, start), min(off + n, start + size)
+                    if a < b:
+                        dst[a - start:b - start].copy_(src[a - off:b - off])
+                del dst
+            fds.append(sealed_memfd(f"curate-output-{len(fds)}", size, fill))
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return {"transport": "memfd", "size": total, "chunk": MEMFD_CHUNK, "items": specs}, fds
+
+
+def _open_memfd(desc: dict, fds: list[int], device: str) -> list:
+    """The outputs that `send_memfd` described, from its sealed files (judge)."""
+    import mmap
+    import warnings
+    from ..isolation.protocol import sealed_size
+    size, chunk = _int(desc.get("size")), _int(desc.get("chunk"))
+    if size < 0 or chunk <= 0 or len(fds) != -(-size // chunk):
+        raise ValueError("output files do not match their description")
+    sizes = [sealed_size(fd) for fd in fds]  # ValueError for a file anyone could still write
+    if sizes != [min(chunk, size - k * chunk) for k in range(len(fds))]:
+        raise ValueError("output files are not the size described")
+    maps = [mmap.mmap(fd, n, prot=mmap.PROT_READ) for fd, n in zip(fds, sizes)]
+    try:
+        out = []
+        for spec in desc.get("items") or []:
+            if not isinstance(spec, dict) or spec.get("kind") == "none":
+                out.append(None)
+                continue
+            dtype = _DTYPES.get(spec.get("dtype"))
+            if dtype is None:
+                raise ValueError(f"unsupported dtype {spec.get('dtype')!r}")
+            shape = [_int(v) for v in spec.get("shape") or []]
+            off, n = _int(spec.get("offset")), _int(spec.get("nbytes"))
+            numel = 1
+            for d in shape:
+                numel *= d
+            if min(shape + [0]) < 0 or n != numel * torch.empty(0, dtype=dtype).element_size() \
+                    or off < 0 or off + n > size:
+                raise ValueError("an output does not match its bytes")
+            dst = torch.empty(n, dtype=torch.uint8, device=device)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the mapping is read-only, as it should be
+                for k in range(off // chunk, -(-(off + n) // chunk) if n else off // chunk):
+                    a, b = max(off, k * chunk), min(off + n, (k + 1) * chunk)
+                    src = torch.frombuffer(maps[k], dtype=torch.uint8, count=b - a,
+                                           offset=a - k * chunk)
+                    dst[a - off:b - off].copy_(src)
+                    del src
+            out.append(dst.view(dtype).reshape(shape))
+        return out
+    finally:
+        for m in maps:
+            m.close()
 
 
 def _open_inline(spec: dict, device: str) -> torch.Tensor:
@@ -116,11 +216,13 @@ def _ipc_spec(t: torch.Tensor) -> dict:
             "event_sync": bool(event_sync)}
 
 
-def receive(desc, device: str):
-    """The candidate's outputs for one trial, on `device` (judge). Raises ValueError on a
-    description that is not what `send` writes."""
+def receive(desc, device: str, fds: list[int] | None = None):
+    """The candidate's outputs for one trial, on `device` (judge); `fds`: the memory files that
+    came with the task. Raises ValueError on a description that is not what `send` writes."""
     if not isinstance(desc, dict):
         raise ValueError("not an output description")
+    if desc.get("transport") == "memfd":
+        return _open_memfd(desc, list(fds or []), device)
     if desc.get("transport") == "files":
         return _load_file(Path(_str(desc.get("path"))), device)
     if desc.get("transport") == "inline" and isinstance(desc.get("items"), list):

@@ -8,7 +8,6 @@ program text, so that what is kept is what ran. The parent only renders text.
 
 from __future__ import annotations
 
-import logging
 import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +16,6 @@ from typing import Iterator
 
 from .emit import program
 
-log = logging.getLogger("curate")
 
 HANDLER = "curate.sources.scrape.deduce_worker:handle"
 SETUP = "curate.sources.scrape.deduce_worker:setup"
@@ -84,14 +82,9 @@ class Deducer:
 
     def start(self) -> None:
         from ...isolation import Limits, WorkerPool
-        from ...isolation.sandbox import bwrap_argv, probe
+        from ...isolation.sandbox import choose
         self._scratch = tempfile.mkdtemp(prefix="curate-scrape-")
-        wrap = None
-        if self.sandbox_mode != "off":
-            why = probe("cpu")
-            wrap = None if why else bwrap_argv([self._scratch], "cpu")
-            if wrap is None:
-                log.warning("scrape: NO SANDBOX around deduction workers (%s)", why)
+        wrap, _ = choose(self.sandbox_mode, "cpu", [self._scratch], "scrape")
         limits = Limits(memory_gb=self.settings.memory_gb, confine=self.sandbox_mode != "off")
         from ...isolation import confine
         self.sandbox = "+".join([*(["bwrap+uid"] if wrap else []),
