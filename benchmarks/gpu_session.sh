@@ -8,7 +8,8 @@
 #   bash benchmarks/gpu_session.sh alone throughput       # honest and hostile alone; sandbox off/auto
 #   bash benchmarks/gpu_session.sh tests build            # pytest -m gpu; README command 1 on the GPU
 #
-# Phases: mixed, alone (issue 15: benchmarks/hostile_mix.py), throughput (issue 17:
+# Phases: synth (synth inductor on 8 problems under the sandbox), mixed, alone, honest, hostile
+# (issue 15: benchmarks/hostile_mix.py), throughput (issue 17:
 # verify_throughput.py with the sandbox off, then auto, on the same pairs), tests, build, llm
 # (llm_replay_build.sh), scrape (scrape_gpu.sh). Carry .kb (KernelBench levels 1-2) and .whl.
 set -u
@@ -54,6 +55,17 @@ for phase in "$@"; do
           --cache-dir "$(mktemp -d "$RES/cc-tp-$sb-XXXX")" \
           --out "$OUT/throughput_$sb.json"
       done ;;
+    synth) # synth's workers under the sandbox on the GPU (the fork server once initialized
+           # CUDA there, and every row failed): eight KernelBench problems, counted
+           python3 -m curate ingest .kb/level1/19_ReLU.py .kb/level1/23_Softmax.py \
+             .kb/level1/26_GELU_.py .kb/level1/31_ELU.py .kb/level2/12_Gemm_Multiply_LeakyReLU.py \
+             .kb/level2/59_Matmul_Swish_Scaling.py .kb/level1/41_Max_Pooling_1D.py \
+             .kb/level1/24_LogSoftmax.py -o "$RES/synth_in.jsonl" >>"$LOG" 2>&1
+           run synth "${SYNTH_S:-150}" python3 -m curate synth inductor "$RES/synth_in.jsonl" \
+             -o "$RES/synth_out.jsonl" --device cuda
+           python3 -c "import sys; from curate.tableio import read_rows; \
+print('synth kept', len(read_rows(sys.argv[1])), 'of 8')" "$RES/synth_out.jsonl" >>"$LOG" 2>&1
+           cp "$RES"/synth_out*.jsonl "$OUT/" 2>/dev/null ;;
     tests) run tests "${TESTS_S:-360}" python3 -m pytest -v -s -m gpu -p no:cacheprovider \
              --timeout 240 tests/ ;;
     build) rm -rf "$RES/build"

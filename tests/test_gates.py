@@ -381,3 +381,22 @@ def test_token_files_are_redacted_from_worker_replies(tmp_path, monkeypatch):
                     env={"PYTHONPATH": str(ROOT)}) as pool:
         res = pool.run({"kind": "read", "path": str(token)})
     assert res.ok and res.value["content"] == "[redacted]"
+
+
+def test_a_cache_keyed_by_sampled_elements_answers_the_poked_set_stale(tmp_path):
+    """A cache keyed by the input buffer and four sampled elements survives every rewrite of
+    whole input sets (each changes the samples); set 0 with one element poked, called right
+    after set 0 in the same buffers, gets the stale answer and the row is not verified. The
+    honest kernel beside it computes the poked set and verifies."""
+    from curate.schema import new_record
+    from curate.verify import Verifier
+    names = ("honest_swish_add", "cache_ptr_checksum")
+    rows = [new_record(id=n, pytorch_code=REFS[CASES[n]["ref"]],
+                       kernel_code=(HOSTILE / "triton" / f"{n}.py").read_text(),
+                       backend="triton", source="file") for n in names]
+    with Verifier(device="cpu", workers=2, timeout=120, cache_dir=tmp_path / "cache") as v:
+        got = {rows[i]["id"]: r for i, r in v.verify(rows)}
+    assert got["honest_swish_add"].status == "verified", got["honest_swish_add"].reasons
+    cheat = got["cache_ptr_checksum"]
+    assert cheat.status == "incorrect" and "output_mismatch" in cheat.reasons, \
+        (cheat.status, cheat.reasons, cheat.error)

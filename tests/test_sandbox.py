@@ -212,9 +212,10 @@ def test_no_process_of_a_worker_uid_outlives_the_run(escapes):
 
 
 def test_strict_refuses_to_run_without_a_sandbox(monkeypatch, tmp_path):
+    from curate.isolation import sandbox
     from curate.verify import engine
-    monkeypatch.setattr(engine, "sandbox_probe", lambda device: "no bwrap binary (test)")
-    with pytest.raises(engine.SandboxUnavailable):
+    monkeypatch.setattr(sandbox, "probe", lambda device: "no bwrap binary (test)")
+    with pytest.raises(engine.SandboxUnavailable, match="verify --sandbox strict"):
         Verifier(device="cpu", workers=1, cache_dir=tmp_path, sandbox="strict").start()
 
 

@@ -421,6 +421,19 @@ def test_outputs_travel_in_sealed_memory_files(monkeypatch):
     finally:
         for fd in fds:
             os.close(fd)
+    # over the 256 MiB that one message may hold (base64 inside JSON could not carry it)
+    monkeypatch.setattr(transport, "MEMFD_CHUNK", 128 << 20)
+    big = torch.zeros(70 << 20, dtype=torch.float32)
+    big[-1] = 3.0
+    desc, fds = transport.send_memfd([big])
+    try:
+        assert len(fds) == 3 and desc["size"] == big.numel() * 4
+        (back,) = transport.receive(desc, "cpu", fds)
+        assert back.shape == big.shape and float(back[-1]) == 3.0 and float(back.sum()) == 3.0
+    finally:
+        for fd in fds:
+            os.close(fd)
+    del big, back
     fd = os.memfd_create("open", os.MFD_ALLOW_SEALING)
     os.write(fd, b"\0" * 12)
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
@@ -691,3 +704,15 @@ def test_device_gate_waits_for_a_hanging_holder_once():
         waited = time.monotonic() - t0
     t.join(5)
     assert waited > 0.1, waited
+
+
+def test_the_poked_set_moves_one_element_of_each_float_tensor_the_same_way_everywhere():
+    from curate.verify.calls import poked
+    base = [torch.randn(4, 6), torch.arange(5), 3.0, torch.randn(6, 4).t(), torch.randn(1)]
+    a, b = poked(base, 11), poked(base, 11)
+    for x, y, z in zip(base, a, b):
+        if isinstance(x, torch.Tensor):
+            assert torch.equal(y, z) and y.shape == x.shape and y.stride() == x.stride()
+    assert sum(int((y != x).sum()) for x, y in zip(base[:1] + base[3:4], a[:1] + a[3:4])) == 2
+    assert a[1] is base[1] and a[2] == 3.0 and a[4] is base[4]  # integers, plain values, 1 elem
+    assert not torch.equal(poked(base, 12)[0], a[0]) or not torch.equal(poked(base, 12)[3], a[3])

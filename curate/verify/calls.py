@@ -7,7 +7,9 @@ A call is `(set, scale)`: the inputs are trial input set `set` (made from its se
 the same buffers before every call. Values change from call to call, so no cache keyed by
 pointer, by a checksum of a few elements or by call count can answer a later call with an
 earlier result; both processes compute the same bits from the same rule, so the judge can
-recompute any call the parent picks afterwards.
+recompute any call the parent picks afterwards. One more set, `poked`, is set 0 with a single
+element of each floating-point tensor moved: called right after set 0 in the same buffers,
+it catches a cache keyed by the buffer and a few sampled elements, which takes it for set 0.
 
 Worker side only (imported after the timers were captured).
 """
@@ -21,6 +23,29 @@ from dataclasses import dataclass, field
 import torch
 
 from .compare import flatten_outputs
+
+
+def poked(inputs: list, seed: int) -> list:
+    """A copy of `inputs` whose floating-point tensors each have one element, picked by `seed`,
+    moved up by a quarter of its size plus a quarter (well past any tolerance, and never a
+    fixed point; the same bits in the judge and the candidate's worker)."""
+    import random
+    rng = random.Random(seed)
+    out = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 1:
+            y = x.clone()
+            at = []
+            i = rng.randrange(y.numel())
+            for n in reversed(y.shape):
+                at.append(i % n)
+                i //= n
+            at = tuple(reversed(at))
+            y[at] = y[at] + (y[at].abs() + 1) * 0.25
+            out.append(y)
+        else:
+            out.append(x)
+    return out
 
 
 class OutputRefused(Exception):

@@ -485,6 +485,7 @@ class Verifier:
              "pytorch_code": row.get("pytorch_code"), "kernel_code": row.get("kernel_code"),
              "seed_init": _seed(self.seed, key, "init"),
              "seeds": [_seed(self.seed, key, "trial", i) for i in range(self.trials)],
+             "poke": _seed(self.seed, key, "poke"),  # input set `trials`: set 0, one element moved
              "tag": key[:8], "gates": self.gates,
              "extensions_dir": self._row_cache(row)["TORCH_EXTENSIONS_DIR"],
              "keep_idle_gb": self.keep_idle_gb}
@@ -616,6 +617,7 @@ class Verifier:
         # unscaled; the last ones rewrite the same buffers in place
         calls = [[rng.randrange(self.trials), _scale(rng)] for _ in range(rng.randint(0, 2))]
         calls += [[k, 1.0] for k in range(self.trials)]
+        calls += [[0, 1.0], [self.trials, 1.0]]  # set 0, then set 0 poked in the same buffers
         ref = self._on_device(jw, {"role": "judge", "op": "reference", "calls": calls})
         if not self._judge_ok(ref, res):
             return

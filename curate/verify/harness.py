@@ -41,7 +41,7 @@ from .compare import Comparison, compare, flatten_outputs  # noqa: E402
 from .hooks import (CandidateCall, CheckContext, is_out_of_memory, load_checks,  # noqa: E402
                     run_hook)
 from .calls import (CallRunner, OutputRefused, output_bytes,  # noqa: E402
-                    reset_persisting_l2)
+                    poked, reset_persisting_l2)
 from . import transport  # noqa: E402
 from .timing import L2Flush  # noqa: E402
 
@@ -416,8 +416,12 @@ def _flush_for(device: str):
     return _flush if device == "cuda" else None
 
 
-def _base_sets(mod, seeds: list[int], device: str) -> list[list]:
-    return [make_inputs(mod, seed, device) for seed in seeds]
+def _base_sets(mod, seeds: list[int], device: str, poke: int | None = None) -> list[list]:
+    """One input set per trial seed, then (with `poke`) set 0 with one element poked."""
+    sets = [make_inputs(mod, seed, device) for seed in seeds]
+    if poke is not None and sets:
+        sets.append(poked(sets[0], int(poke)))
+    return sets
 
 
 def _calls(task: dict) -> list[tuple[int, float]]:
@@ -503,7 +507,8 @@ def _candidate_load(task: dict) -> dict:
         ctx.notes["parameters"] = share_parameters(ref_model, new_model)
         ctx.ref_model, ctx.new_model = ref_model, new_model
         run_hook(s.checks, "after_import", ctx)
-        s.runner = CallRunner(new_model, _base_sets(ref_mod, task["seeds"], device), device,
+        sets = _base_sets(ref_mod, task["seeds"], device, task.get("poke"))
+        s.runner = CallRunner(new_model, sets, device,
                               TIMERS, _flush_for(device))
     except BaseException as exc:  # noqa: BLE001
         if isinstance(exc, KeyboardInterrupt):
@@ -570,7 +575,8 @@ def run_judge(task: dict) -> dict:
             model = build_model(mod.Model, init_args(mod, task["seed_init"], s.device),
                                 task["seed_init"], s.device)
             s.ctx.ref_module, s.ctx.ref_model = mod, model
-            s.runner = CallRunner(model, _base_sets(mod, task["seeds"], s.device), s.device,
+            sets = _base_sets(mod, task["seeds"], s.device, task.get("poke"))
+            s.runner = CallRunner(model, sets, s.device,
                                   TIMERS, _flush_for(s.device))
         except BaseException as exc:  # noqa: BLE001
             if isinstance(exc, KeyboardInterrupt):
