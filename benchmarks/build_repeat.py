@@ -33,7 +33,8 @@ def build(out: Path, device: str, threshold: float) -> tuple[dict, float]:
     got = {}
     for r in rows:
         key = r.get("path") or r.get("entry_point") or r["id"]
-        got[key] = {"status": r["status"], "speedup": r.get("speedup"),
+        got[key] = {"status": r["status"], "reasons": list(r.get("reasons") or []),
+                    "speedup": r.get("speedup"),
                     "low": r.get("speedup_ci_low"), "high": r.get("speedup_ci_high"),
                     "kept": r["status"] == "verified" and (r.get("speedup_ci_low") or 0) >= threshold}
     return got, time.monotonic() - t0

@@ -400,3 +400,19 @@ def test_a_cache_keyed_by_sampled_elements_answers_the_poked_set_stale(tmp_path)
     cheat = got["cache_ptr_checksum"]
     assert cheat.status == "incorrect" and "output_mismatch" in cheat.reasons, \
         (cheat.status, cheat.reasons, cheat.error)
+
+
+def test_threads_that_spin_while_the_judge_works_are_caught_without_timing(tmp_path):
+    """On the CPU a Triton pair is checked for correctness only (no timing loop, so no timing
+    check of idle CPU): the candidate's CPU use while the judge compares is measured all the
+    same, and spinner threads started at import make the row `deceptive`."""
+    from curate.schema import new_record
+    from curate.verify import Verifier
+    row = new_record(id="starve", pytorch_code=REFS[CASES["starve_reference"]["ref"]],
+                     kernel_code=(HOSTILE / "triton" / "starve_reference.py").read_text(),
+                     backend="triton", source="file")
+    with Verifier(device="cpu", workers=1, timeout=120, cache_dir=tmp_path / "cache") as v:
+        (_, res), = list(v.verify([row]))
+    assert res.status == "deceptive" and "work_outside_call" in res.reasons, \
+        (res.status, res.reasons, res.error)
+    assert res.notes["idle_cpu_s"] > 0.02
