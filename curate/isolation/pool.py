@@ -549,13 +549,14 @@ class WorkerPool:
                                       start_timeout=self.setup_timeout, wrap=self.sandbox)
             return self._zygote
 
-    def call(self, task: Any, timeout: float | None = None) -> TaskResult:
+    def call(self, task: Any, timeout: float | None = None,
+             fds: list[int] | None = None, accept_fds: bool = False) -> TaskResult:
         """Run one task on whichever worker is free (blocking until one is); thread-safe, so
         many threads can drive the pool at once with tasks that depend on earlier results.
-        Do not mix with a concurrent `map` on the same pool."""
+        Do not mix with a concurrent `map` on the same pool. `fds` as in `HeldWorker.call`."""
         slot = self._free.get()
         try:
-            return self._run_on(slot, task, timeout)
+            return self._run_on(slot, task, timeout, fds=fds, accept_fds=accept_fds)
         finally:
             if self.fresh:
                 slot.kill()

@@ -151,6 +151,15 @@ def probe(device: str = "cpu") -> str | None:
     return None
 
 
+MODES = ("auto", "strict", "off")
+
+
+def label(wrap: list[str] | None, landlock: bool) -> str:
+    """What a stage's workers run under, as rows and stats record it (`bwrap+uid+landlock`)."""
+    return "+".join([*(["bwrap+uid"] if wrap else []), *(["landlock"] if landlock else [])]) \
+        or "none"
+
+
 class SandboxUnavailable(RuntimeError):
     """`--sandbox strict` on a machine where no sandbox can be set up."""
 
@@ -161,7 +170,7 @@ def choose(mode: str, device: str, writable: list[str], stage: str,
     for), `ok`, or what the probe (or `check(argv) -> (ok, why)`, a stage's own trial of a
     worker under it) found. `strict` raises SandboxUnavailable where none can be set up; `auto`
     goes on without it, saying so loudly (every row records what it ran under)."""
-    if mode not in ("auto", "strict", "off"):
+    if mode not in MODES:
         raise ValueError(f"unknown sandbox mode {mode!r}: use auto, strict or off")
     if mode == "off":
         return None, "off"

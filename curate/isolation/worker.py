@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import socket
 import sys
 import traceback
-
-import socket
 
 from .protocol import ProtocolError, recv, recv_fds, send, send_fds
 

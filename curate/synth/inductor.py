@@ -131,7 +131,8 @@ class InductorSynth(Step):
         if mode not in MODES:
             from ..errors import BadInput
             raise BadInput(f"unknown mode {mode!r}", fix="use --mode default or max-autotune")
-        if sandbox not in ("auto", "strict", "off"):
+        from ..isolation.sandbox import MODES as SANDBOX_MODES
+        if sandbox not in SANDBOX_MODES:
             from ..errors import BadInput
             raise BadInput(f"unknown sandbox {sandbox!r}", fix="use auto, strict or off")
         self.device, self.mode, self.sandbox_mode = device, mode, sandbox

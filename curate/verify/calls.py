@@ -35,12 +35,8 @@ def poked(inputs: list, seed: int) -> list:
     for x in inputs:
         if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 1:
             y = x.clone()
-            at = []
-            i = rng.randrange(y.numel())
-            for n in reversed(y.shape):
-                at.append(i % n)
-                i //= n
-            at = tuple(reversed(at))
+            at = tuple(int(i) for i in torch.unravel_index(
+                torch.tensor(rng.randrange(y.numel())), y.shape))
             y[at] = y[at] + (y[at].abs() + 1) * 0.25
             out.append(y)
         else:

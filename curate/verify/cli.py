@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..isolation.sandbox import MODES as SANDBOX_MODES
 from ..pipeline.single import require_candidates, run_single
 from ..report import echo_stage
 
@@ -20,7 +21,7 @@ from ..report import echo_stage
               help="Seconds per row and task before the worker is killed.")
 @click.option("--trials", type=int, default=3, show_default=True,
               help="Correctness trials on fresh seeded inputs (the last one rewrites in place).")
-@click.option("--sandbox", type=click.Choice(["auto", "strict", "off"]), default="auto",
+@click.option("--sandbox", type=click.Choice(SANDBOX_MODES), default="auto",
               show_default=True, help="auto: bubblewrap and a uid per worker where the machine "
               "allows (said loudly where not); strict: refuse to run without; off: none.")
 def verify(inp, out, device, workers, timeout, trials, sandbox):

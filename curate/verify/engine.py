@@ -29,7 +29,8 @@ from typing import Iterable, Iterator
 from ..isolation import Limits, TaskResult, WorkerPool
 from ..isolation.freeze import Freezer, cpu_seconds
 from ..isolation.sandbox import SandboxUnavailable  # noqa: F401 - where callers import it
-from ..isolation.sandbox import choose as choose_sandbox, uid_block
+from ..isolation.sandbox import MODES as SANDBOX_MODES, choose as choose_sandbox, uid_block
+from ..isolation.sandbox import label as sandbox_label
 from ..record import row_key
 from .hooks import CheckContext, load_checks, run_hook
 from .timing import speedup_ci
@@ -201,7 +202,7 @@ class Verifier:
         self.confine = confine  # None: Landlock where a probe says CUDA works under it
         self.confined: bool | None = None  # what start() decided
         self.confine_probe: str | None = None
-        if sandbox not in ("auto", "strict", "off"):
+        if sandbox not in SANDBOX_MODES:
             raise ValueError(f"sandbox must be auto, strict or off, not {sandbox!r}")
         self.sandbox_mode = sandbox
         self.sandbox: str | None = None        # what start() set up, recorded on every row
@@ -262,8 +263,7 @@ class Verifier:
         else:
             confine = self._probe_confined(env, limits_for(True), scratch, wrap)
         self.confined = confine
-        self.sandbox = "+".join([*(["bwrap+uid"] if wrap else []),
-                                 *(["landlock"] if confine else [])]) or "none"
+        self.sandbox = sandbox_label(wrap, confine)
         limits = limits_for(confine)
         log.info("verify: workers run under %s", self.sandbox)
 
@@ -500,9 +500,7 @@ class Verifier:
         self._phase(f"waiting for the device ({task.get('role')} {task.get('op', '')})")
         with (self._device.exclusive() if exclusive else self._device.shared()):
             self._phase(f"{task.get('role')} {task.get('op', '')}")
-            if fds or accept_fds:
-                return w.call(task, timeout, fds=fds, accept_fds=accept_fds)
-            return w.call(task, timeout)
+            return w.call(task, timeout, fds=fds, accept_fds=accept_fds)
 
     # -- one row, in named phases ----------------------------------------------------------
     def _row(self, row: dict, cex: ThreadPoolExecutor, exclusive: bool = False) -> VerifyResult:
@@ -630,13 +628,15 @@ class Verifier:
         if not self._candidate_ok(run, res, ctx):
             return
         first_unscaled = next(i for i, c in enumerate(calls) if c[1] == 1.0 and c[0] == 0)
-        idle = {"cpu_s": 0.0, "wall_s": 0.0}  # the candidate's CPU use while the judge compares
+        timed = self.device == "cuda" or backend == "cpp"
+        # correctness only: the timing loop's check of the candidate's idle CPU is made while
+        # the judge compares instead
+        idle = None if timed else {"cpu_s": 0.0, "wall_s": 0.0}
         for i, call in enumerate(calls):
             if not self._judge_call(cw, jw, i, call, res, precision=i == first_unscaled,
                                     idle=idle):
                 break
-        timed = self.device == "cuda" or backend == "cpp"
-        if not timed:  # correctness only: the check that timing makes of idle CPU, made here
+        if idle is not None:
             res.notes["idle_cpu_s"] = round(idle["cpu_s"], 4)
             if idle["cpu_s"] > max(IDLE_CPU[0], IDLE_CPU[1] * idle["wall_s"]):
                 ctx.flag("work_outside_call", fatal=True)
@@ -649,7 +649,8 @@ class Verifier:
     def _judge_call(self, cw, jw, index: int, call: list, res: VerifyResult,
                     precision: bool = False, idle: dict | None = None) -> bool:
         """The candidate's output of call `index` of its last batch, compared by the judge with
-        the reference's output of the same call. False when the row is over."""
+        the reference's output of the same call. False when the row is over. With `idle`, the
+        candidate's CPU time while the judge compares is added to it."""
         got = self._on_device(cw, {"role": "candidate", "op": "fetch", "index": index,
                                    "transport": self.transport}, accept_fds=True)
         if not self._task_ok(got, res, "candidate") or got.value.get("status") != "ok":

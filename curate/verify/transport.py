@@ -23,6 +23,7 @@ Worker side only: nothing here runs in the parent.
 from __future__ import annotations
 
 import base64
+import math
 import os
 import re
 from pathlib import Path
@@ -143,11 +144,8 @@ def _open_memfd(desc: dict, fds: list[int], device: str) -> list:
                 raise ValueError(f"unsupported dtype {spec.get('dtype')!r}")
             shape = [_int(v) for v in spec.get("shape") or []]
             off, n = _int(spec.get("offset")), _int(spec.get("nbytes"))
-            numel = 1
-            for d in shape:
-                numel *= d
-            if min(shape + [0]) < 0 or n != numel * torch.empty(0, dtype=dtype).element_size() \
-                    or off < 0 or off + n > size:
+            if min(shape + [0]) < 0 or off < 0 or off + n > size \
+                    or n != math.prod(shape) * torch.empty(0, dtype=dtype).element_size():
                 raise ValueError("an output does not match its bytes")
             dst = torch.empty(n, dtype=torch.uint8, device=device)
             with warnings.catch_warnings():

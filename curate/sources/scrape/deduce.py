@@ -82,14 +82,12 @@ class Deducer:
 
     def start(self) -> None:
         from ...isolation import Limits, WorkerPool
-        from ...isolation.sandbox import choose
+        from ...isolation.sandbox import choose, label
         self._scratch = tempfile.mkdtemp(prefix="curate-scrape-")
         wrap, _ = choose(self.sandbox_mode, "cpu", [self._scratch], "scrape")
         limits = Limits(memory_gb=self.settings.memory_gb, confine=self.sandbox_mode != "off")
         from ...isolation import confine
-        self.sandbox = "+".join([*(["bwrap+uid"] if wrap else []),
-                                 *(["landlock"] if limits.confine and confine.supported()
-                                   else [])]) or "none"
+        self.sandbox = label(wrap, limits.confine and confine.supported())
         env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
         self.pool = WorkerPool(HANDLER, setup=SETUP, workers=self.jobs,
                                timeout=self.settings.timeout, env=env, limits=limits,
