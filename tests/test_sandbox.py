@@ -251,6 +251,22 @@ def test_the_sandbox_outlives_the_thread_that_started_it(tmp_path):
         pool.close()
 
 
+def test_a_worker_uid_without_a_passwd_entry_can_ask_its_user_name(tmp_path, monkeypatch):
+    """torch._inductor's import calls getpass.getuser(); with no USER or LOGNAME in the parent's
+    environment (the GPU machine's) that asked pwd for the worker's bare uid and raised, and
+    synth on the GPU made nothing."""
+    for var in ("USER", "LOGNAME", "LNAME", "USERNAME"):
+        monkeypatch.delenv(var, raising=False)
+    pool = _sandboxed_pool(tmp_path, uid_block() + 910)
+    try:
+        got = pool.call({"kind": "getuser"})
+        assert got.status == "ok", got
+        assert got.value["uid"] == uid_block() + 910
+        assert got.value["user"] == f"curate{uid_block() + 910}"
+    finally:
+        pool.close()
+
+
 def test_a_session_whose_worker_died_between_requests_crashes(tmp_path):
     """A held worker that died between two requests of its session is that session's crash,
     not a fresh process that knows nothing of the session."""

@@ -226,6 +226,9 @@ class _Slot:
                 # compiled once): one worker uid may not write into another's folders
                 env[var] = str(self.scratch / "cache" / var.lower())
         if self.uid is not None:
+            # a uid with no passwd entry: getpass.getuser() (torch._inductor calls it on import)
+            # reads these before it asks pwd, which raises KeyError for such a uid
+            env["USER"] = env["LOGNAME"] = f"curate{self.uid}"
             # the worker's own uid owns its scratch and its row's cache folders, nothing else;
             # the folders above them it may only pass through
             for d in (p.scratch_root,):
