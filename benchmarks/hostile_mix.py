@@ -166,14 +166,16 @@ def main(argv=None) -> int:
                "mixed_speedup": m.get("speedup"), "mixed_reasons": m.get("reasons"),
                "mixed_error": m.get("error")}
         if case.get("honest"):
-            row["same_status"] = s.get("status") == m.get("status")
+            # a row one of the runs never reached (a call cut at its limit) is not compared
+            row["same_status"] = (s.get("status") == m.get("status")
+                                  if s.get("status") and m.get("status") else None)
             if s.get("speedup") and m.get("speedup"):
                 row["speedup_diff"] = abs(m["speedup"] / s["speedup"] - 1)
                 diffs.append(row["speedup_diff"])
         else:
             # a crash fixture that a gate names first is rejected too
             expect = list(case.get("expect") or CAUGHT) + ["deceptive"]
-            row["rejected"] = m.get("status") in expect
+            row["rejected"] = m.get("status") in expect if m.get("status") else None
             row["expect"] = expect
         table.append(row)
     h = [t for t in table if t["honest"]]
@@ -182,10 +184,12 @@ def main(argv=None) -> int:
         "rows": table,
         "summary": {
             "honest": len(h), "hostile": len(x),
-            "honest_same_status": sum(t["same_status"] for t in h),
+            "honest_compared": sum(t["same_status"] is not None for t in h),
+            "honest_same_status": sum(bool(t["same_status"]) for t in h),
+            "hostile_reached": sum(t["rejected"] is not None for t in x),
             "speedup_diff_median": statistics.median(diffs) if diffs else None,
             "speedup_diff_max": max(diffs) if diffs else None,
-            "hostile_rejected": sum(t["rejected"] for t in x),
+            "hostile_rejected": sum(bool(t["rejected"]) for t in x),
             "wall_mixed_s": round(wall_mixed, 1), "wall_honest_alone_s": round(wall_solo, 1),
             "wall_hostile_alone_s": round(wall_alone, 1),
             "mixed_over_solo": round(wall_mixed / max(wall_solo + wall_alone, 1e-9), 3)}})
@@ -198,7 +202,7 @@ def main(argv=None) -> int:
     print(json.dumps(report["summary"], indent=1))
     out.write_text(json.dumps(report, indent=1, default=str))
     ok = (report["summary"]["honest_same_status"] == len(h)
-          and report["summary"]["hostile_rejected"] == len(x))
+          and report["summary"]["hostile_rejected"] == len(x))  # every row reached, and right
     return 0 if ok else 1
 
 

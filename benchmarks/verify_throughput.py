@@ -93,10 +93,12 @@ def synthesize(rows: list[dict], device: str, sandbox: str = "auto") -> tuple[li
 # -- verify --------------------------------------------------------------------------------------
 def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
                cache_dir: str | None, keep_idle_gb: float | None = 1.0, label: str = "",
-               sandbox: str = "auto") -> dict:
+               sandbox: str = "auto", on_row=None) -> dict:
+    """`on_row(progress)` after each row: [seconds since start, row, status] so far, so that a
+    run cut at its limit still tells its rows per second."""
     from curate.verify import Verifier
     t0 = time.monotonic()
-    results = {}
+    results, progress = {}, []
     with Verifier(device=device, workers=workers, seed=seed, cache_dir=cache_dir,
                   keep_idle_gb=keep_idle_gb, sandbox=sandbox) as v:
         t_ready = time.monotonic()
@@ -116,6 +118,10 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
         for i, r in v.verify(pairs):
             results[pairs[i]["id"]] = r
             last[0] = time.monotonic()
+            progress.append([round(last[0] - t0, 1), pairs[i].get("path") or pairs[i]["id"],
+                             r.status])
+            if on_row is not None:
+                on_row(progress)
             # one line a row: where a slow run spends its time shows in the log
             kept = {k[8:]: x for k, x in r.notes.items() if k.startswith("kept_gb_")}
             print(f"{label} +{time.monotonic() - t0:6.1f}s {len(results):3d}/{len(pairs)} "
@@ -377,7 +383,7 @@ def main(argv=None) -> int:
     report["sandbox_requested"] = args.sandbox
     save_partial(pairs=len(pairs))
     run1 = run_verify(pairs, device, args.workers, args.seed, cache_dir, keep, "run1",
-                      args.sandbox)
+                      args.sandbox, on_row=lambda done: save_partial(run1_progress=done))
     print(f"verify run 1: {len(pairs)} pairs in {run1['wall_s']:.1f}s {run1['statuses']} "
           f"transport={run1['pool']['transport']} recycled={run1['pool']['recycled']} "
           f"phases={run1['phase_median_s']}")

@@ -457,19 +457,23 @@ def test_verify_on_cpu_sends_outputs_in_memory_files(cache_dir):
 
 @pytest.mark.gpu
 def test_gpu_outputs_reach_the_judge_over_cuda_ipc(cache_dir):
-    """On the GPU the probe between two workers passes and rows verify through CUDA IPC; the
-    same rows give the same verdicts with files."""
+    """Unsandboxed workers share CUDA memory with the judge; under the sandbox (a uid per
+    worker, where the H200 refuses IPC between them) outputs travel in sealed memory files; on
+    request inline. The same row gives the same verdict and the same error all three ways."""
     rows = [pair("triton_gelu_residual", backend="triton", ref=GELU_REF)]
     verdicts = {}
-    for mode in ("auto", "files"):
+    for sandbox, mode in (("off", "auto"), ("auto", "auto"), ("off", "inline")):
         with Verifier(device="cuda", workers=1, timeout=300, cache_dir=cache_dir,
-                      transport=mode) as v:
-            verdicts[v.transport] = [r for _, r in v.verify(rows)][0]
-    assert set(verdicts) == {"cuda_ipc", "files"}, verdicts.keys()
-    for mode, r in verdicts.items():
-        print(mode, r.status, r.reasons, r.max_abs_err, r.speedup, r.seconds)
-        assert r.status == "verified", (mode, r.status, r.error)
-    assert verdicts["cuda_ipc"].max_abs_err == verdicts["files"].max_abs_err
+                      transport=mode, sandbox=sandbox) as v:
+            key = (v.sandbox, v.transport)
+            verdicts[key] = [r for _, r in v.verify(rows)][0]
+    assert ("none", "cuda_ipc") in verdicts and ("none", "inline") in verdicts, verdicts.keys()
+    # a sandboxed run's outputs never fall back to base64 inside the reply
+    assert all(t in ("cuda_ipc", "memfd") for s, t in verdicts if s != "none"), verdicts.keys()
+    for key, r in verdicts.items():
+        print(key, r.status, r.reasons, r.max_abs_err, r.speedup, r.seconds)
+        assert r.status == "verified", (key, r.status, r.error)
+    assert len({r.max_abs_err for r in verdicts.values()}) == 1
 
 
 def test_memory_gate_lets_a_large_row_wait_for_room():
