@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -28,18 +29,29 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from hostile_table import environment  # noqa: E402
 
+# glibc's allocator moves its mmap threshold with what a process freed before: the same
+# temporaries come from fresh mmaps (page faults on every call) in one worker and from the heap
+# in the next; fixed thresholds take that history out
+MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(2**30)}
 SETTINGS = {
     "default": {},
     "threads1": {"OMP_NUM_THREADS": "1"},
     "threads2": {"OMP_NUM_THREADS": "2"},
+    "malloc": MALLOC,
+    "threads1_malloc": {"OMP_NUM_THREADS": "1", **MALLOC},
 }
+# a setting's name may end in these: the whole run under `taskset -c <last core>`, or with
+# address-space randomization off (`setarch -R`: every worker's buffers at the same addresses)
+PIN, NOASLR = "_pin", "_noaslr"
 
 
 def verify_once(pairs: Path, setting: str, out: Path) -> tuple[dict, float]:
-    env = {**os.environ, **SETTINGS[setting]}
+    env = {**os.environ, **SETTINGS[base_setting(setting)]}
+    prefix = ["taskset", "-c", str(max(os.sched_getaffinity(0)))] if setting.endswith(PIN) \
+        else ["setarch", platform.machine(), "-R"] if setting.endswith(NOASLR) else []
     t0 = time.monotonic()
-    subprocess.run([sys.executable, "-m", "curate", "verify", str(pairs), "-o", str(out),
-                    "--device", "cpu"], check=True, cwd=ROOT, env=env,
+    subprocess.run([*prefix, sys.executable, "-m", "curate", "verify", str(pairs), "-o",
+                    str(out), "--device", "cpu"], check=True, cwd=ROOT, env=env,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     got = {}
     for line in out.read_text().splitlines():
@@ -48,6 +60,10 @@ def verify_once(pairs: Path, setting: str, out: Path) -> tuple[dict, float]:
         got[key] = {"status": r["status"], "speedup": r.get("speedup"),
                     "low": r.get("speedup_ci_low"), "high": r.get("speedup_ci_high")}
     return got, time.monotonic() - t0
+
+
+def base_setting(setting: str) -> str:
+    return setting.removesuffix(PIN).removesuffix(NOASLR)
 
 
 def spread(runs: list[dict]) -> dict:
@@ -85,7 +101,9 @@ def main(argv=None) -> int:
     print(f"{'setting':10s} {'median max/min':>15s} {'worst max/min':>14s}  wall s")
     for s, rs in runs.items():
         sp = spread(rs)
-        report["settings"][s] = {"env": SETTINGS[s], "wall_s": walls[s], **sp}
+        report["settings"][s] = {"env": SETTINGS[base_setting(s)], "pinned": s.endswith(PIN),
+                                 "aslr_off": s.endswith(NOASLR),
+                                 "wall_s": walls[s], **sp}
         print(f"{s:10s} {sp.get('median_max_over_min', '-'):>15} "
               f"{sp.get('worst_max_over_min', '-'):>14}  {walls[s]}")
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -67,6 +67,20 @@ def test_cpu_card_names_the_processor_and_the_machine_tying_flags(cpu_build):
     assert meta["pretty_name"] == "C++ kernel pairs from the default pipeline"
 
 
+def test_cpu_card_says_how_many_threads_timed_each_call(cpu_build):
+    """A CPU speedup measured on one thread is not a multi-threaded one: the card says which,
+    from verify's stats, and says nothing where the build did not record it."""
+    _, body = _split_card(render_card(cpu_build).path.read_text())
+    assert "each on 1 thread" not in body
+    stats = json.loads((cpu_build / "stats.json").read_text())
+    verify = [s for s in stats["stages"] if s["name"] == "verify"]
+    assert verify, [s["name"] for s in stats["stages"]]
+    verify[0].setdefault("extra", {})["cpu_threads"] = 1
+    (cpu_build / "stats.json").write_text(json.dumps(stats))
+    _, body = _split_card(render_card(cpu_build).path.read_text())
+    assert "reference and kernel each on 1 thread, one after the other" in body
+
+
 def test_the_machine_is_recorded_once_per_build(tmp_path, monkeypatch):
     import curate.card.facts as facts
     build = make_build(tmp_path)

@@ -170,6 +170,37 @@ def test_cpp_pair_is_timed_and_compile_errors_are_trimmed(cache_dir):
     assert time.monotonic() - t0 < 60
 
 
+THREADS_PROBE = """
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(n))
+
+    def forward(self, x, y):
+        # right only where the worker runs its OpenMP on one thread
+        return (x * 2.0 + y + self.bias) * torch.get_num_threads()
+"""
+
+
+def test_cpu_workers_time_on_one_thread(cache_dir, monkeypatch):
+    """On the CPU every worker's OpenMP runs one thread, whatever the parent's environment
+    says: speedups measured across all cores moved several times more between identical runs
+    (benchmarks/cpu_timing_stability.py)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    row = {"id": "threads", "pytorch_code": REF, "kernel_code": THREADS_PROBE,
+           "backend": "cpp", "source": "file"}
+    with Verifier(device="cpu", workers=1, timeout=120, cache_dir=cache_dir, time_budget=0.1,
+                  gates=False, static_gates=False) as v:
+        res = v.verify_one(row)
+        config = v.config()
+    assert res.correct is True, (res.status, res.reasons, res.error)
+    assert config["cpu_threads"] == 1  # part of the ledger's key: the speeds are others'
+
+
 # -- resume: a verify killed with SIGKILL picks up from its ledger ------------------------------
 def test_killed_verify_resumes_from_the_ledger(tmp_path, cache_dir):
     base = (FIX / "slow_honest.py").read_text()

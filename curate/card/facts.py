@@ -207,6 +207,14 @@ class Facts:
     def gpu_kernels(self) -> bool:
         return any(b in ("cuda", "triton") for b, _ in self.backends)
 
+    @property
+    def cpu_threads(self) -> int | None:
+        """The threads each timed CPU call ran on (verify's stats), where the build says."""
+        for s in self.stats.get("stages") or []:
+            if s.get("name") == "verify" and (s.get("extra") or {}).get("cpu_threads"):
+                return int(s["extra"]["cpu_threads"])
+        return None
+
     def processor(self) -> str | None:
         """The build machine's CPU, as the card names it: "AMD EPYC 7763 (2 cores)"."""
         m = self.machine or {}

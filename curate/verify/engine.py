@@ -70,6 +70,10 @@ TIMING_SLACK = {"cpu": (3.0, 2.0), "cuda": (3.0, 0.5)}
 IDLE_CPU = (0.02, 0.10)      # a candidate idle while the reference runs: < 20 ms or 10% of it
 BATCH_S = {"cpu": 0.025, "cuda": 0.01}   # a timed batch lasts at least this long (seconds)
 SETTLE_S = 0.03              # CPU: pause between a candidate's batch and the reference's
+# CPU: the threads every worker's OpenMP (the reference's ATen ops, the kernels' parallel
+# loops) runs on. With one a core, speedups moved several times more between identical runs
+# than on one (docs/verify.md): a thread that waits for a busy core stalls the whole loop
+CPU_TIMING_THREADS = 1
 
 
 @dataclass
@@ -224,8 +228,15 @@ class Verifier:
     def config(self) -> dict:
         # how outputs travel and whether Landlock is on do not change a verdict: not part of
         # the configuration that keys the ledger (both are decided only in start())
-        return {"device": self.device, "trials": self.trials, "seed": self.seed,
-                "time_budget": self.time_budget, "min_timed": self.min_timed, "gates": self.gates}
+        out = {"device": self.device, "trials": self.trials, "seed": self.seed,
+               "time_budget": self.time_budget, "min_timed": self.min_timed, "gates": self.gates}
+        if self.device == "cpu":  # a speed measured on other threads is another measurement
+            out["cpu_threads"] = CPU_TIMING_THREADS
+        return out
+
+    @property
+    def cpu_threads(self) -> int | None:
+        return CPU_TIMING_THREADS if self.device == "cpu" else None
 
     def start(self) -> None:
         if self.pools:
@@ -240,7 +251,9 @@ class Verifier:
         # compile caches are per row's code (_row_cache): no row writes where another reads
         env = {"CURATE_VERIFY_DEVICE": self.device, "MAX_JOBS": "2"}
         if self.device == "cpu":
-            env.update({"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""})
+            threads = str(CPU_TIMING_THREADS)
+            env.update({"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "",
+                        "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
         scratch = str(self.tmp / "scratch")
         os.makedirs(scratch, exist_ok=True)
 
