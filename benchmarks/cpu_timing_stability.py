@@ -53,9 +53,9 @@ def verify_once(pairs: Path, setting: str, out: Path) -> tuple[dict, float]:
     subprocess.run([*prefix, sys.executable, "-m", "curate", "verify", str(pairs), "-o",
                     str(out), "--device", "cpu"], check=True, cwd=ROOT, env=env,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    from curate.tableio import read_rows
     got = {}
-    for line in out.read_text().splitlines():
-        r = json.loads(line)
+    for r in read_rows(out):
         key = r.get("path") or r.get("entry_point") or r["id"]
         got[key] = {"status": r["status"], "speedup": r.get("speedup"),
                     "low": r.get("speedup_ci_low"), "high": r.get("speedup_ci_high")}

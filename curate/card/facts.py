@@ -210,10 +210,8 @@ class Facts:
     @property
     def cpu_threads(self) -> int | None:
         """The threads each timed CPU call ran on (verify's stats), where the build says."""
-        for s in self.stats.get("stages") or []:
-            if s.get("name") == "verify" and (s.get("extra") or {}).get("cpu_threads"):
-                return int(s["extra"]["cpu_threads"])
-        return None
+        threads = (self.stage_extra("verify") or {}).get("cpu_threads")
+        return int(threads) if threads else None
 
     def processor(self) -> str | None:
         """The build machine's CPU, as the card names it: "AMD EPYC 7763 (2 cores)"."""

@@ -230,8 +230,8 @@ class Verifier:
         # the configuration that keys the ledger (both are decided only in start())
         out = {"device": self.device, "trials": self.trials, "seed": self.seed,
                "time_budget": self.time_budget, "min_timed": self.min_timed, "gates": self.gates}
-        if self.device == "cpu":  # a speed measured on other threads is another measurement
-            out["cpu_threads"] = CPU_TIMING_THREADS
+        if self.cpu_threads:  # a speed measured on other threads is another measurement
+            out["cpu_threads"] = self.cpu_threads
         return out
 
     @property
@@ -251,7 +251,7 @@ class Verifier:
         # compile caches are per row's code (_row_cache): no row writes where another reads
         env = {"CURATE_VERIFY_DEVICE": self.device, "MAX_JOBS": "2"}
         if self.device == "cpu":
-            threads = str(CPU_TIMING_THREADS)
+            threads = str(self.cpu_threads)
             env.update({"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "",
                         "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
         scratch = str(self.tmp / "scratch")
