@@ -48,13 +48,18 @@ for phase in "$@"; do
     alone) run alone "${ALONE_S:-330}" "${MIX[@]}" --runs honest,hostile ;;
     honest|hostile) run "$phase" "${ALONE_S:-330}" "${MIX[@]}" --runs "$phase" ;;
     table) run table 60 "${MIX[@]}" --runs none ;;
-    throughput)
-      for sb in off auto; do
+    throughput) # issue 16's benchmark (the seeded 60-problem sample, synthesized once) with
+                # the sandbox off, then on (issue 17)
+      for sb in ${TP_SANDBOXES:-off auto}; do
+        if [ -s "$RES/tp_pairs.jsonl" ]; then src=(--pairs "$RES/tp_pairs.jsonl")
+        else src=(--pairs-out "$RES/tp_pairs.jsonl"); fi
         run "throughput-$sb" "${TP_S:-130}" python3 benchmarks/verify_throughput.py \
-          --device cuda --pairs "$RES/kb_pairs.jsonl" --runs 1 --serial 0 --sandbox "$sb" \
-          --cache-dir "$(mktemp -d "$RES/cc-tp-$sb-XXXX")" \
+          --device cuda --kernelbench .kb --n 60 "${src[@]}" --runs 1 --serial 0 \
+          --sandbox "$sb" --cache-dir "$(mktemp -d "$RES/cc-tp-$sb-XXXX")" \
           --out "$OUT/throughput_$sb.json"
       done ;;
+    devtests) run devtests "${TESTS_S:-360}" python3 -m pytest -v -s -m gpu -p no:cacheprovider \
+             --timeout 240 tests/ -k "${TESTS_K:-descriptor}" ;;
     synth) # synth's workers under the sandbox on the GPU (the fork server once initialized
            # CUDA there, and every row failed): eight KernelBench problems, counted
            python3 -m curate ingest .kb/level1/19_ReLU.py .kb/level1/23_Softmax.py \

@@ -94,8 +94,9 @@ def synthesize(rows: list[dict], device: str, sandbox: str = "auto") -> tuple[li
 def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
                cache_dir: str | None, keep_idle_gb: float | None = 1.0, label: str = "",
                sandbox: str = "auto", on_row=None) -> dict:
-    """`on_row(progress)` after each row: [seconds since start, row, status] so far, so that a
-    run cut at its limit still tells its rows per second."""
+    """`on_row(progress)` after each row: [seconds since start, row, status, seconds per phase]
+    so far, so that a run cut at its limit still tells its rows per second and where they
+    waited."""
     from curate.verify import Verifier
     t0 = time.monotonic()
     results, progress = {}, []
@@ -119,7 +120,7 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
             results[pairs[i]["id"]] = r
             last[0] = time.monotonic()
             progress.append([round(last[0] - t0, 1), pairs[i].get("path") or pairs[i]["id"],
-                             r.status])
+                             r.status, r.notes.get("phases_s")])
             if on_row is not None:
                 on_row(progress)
             # one line a row: where a slow run spends its time shows in the log
@@ -145,6 +146,7 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
         "reasons": dict(Counter(x for r in results.values() for x in r.reasons)),
         "pool": stats,
         "phase_median_s": _phase_medians(results),
+        "phase_total_s": _phase_totals(results),
         "rows": {k: {"status": r.status, "speedup": r.speedup, "ci": [r.speedup_ci_low,
                                                                       r.speedup_ci_high],
                      "ref_ms": r.ref_ms, "kernel_ms": r.kernel_ms, "trials": r.timed_trials,
@@ -158,8 +160,8 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
     }
 
 
-_PHASES = ("compile_s", "compile_import_s", "compile_warm_s", "compile_lock_wait_s",
-           "candidate_s", "lock_wait_s", "judge_s")
+_PHASES = ("compile_s", "compile_import_s", "compile_warm_s", "correctness_s", "pair_s",
+           "phases_s")
 
 
 def _phase_medians(results: dict) -> dict:
@@ -171,6 +173,15 @@ def _phase_medians(results: dict) -> dict:
     timed = [r.timed_wall_s for r in results.values() if r.timed_wall_s]
     out["timed_s"] = statistics.median(timed) if timed else None
     return out
+
+
+def _phase_totals(results: dict) -> dict:
+    """Seconds all rows spent in each phase of the engine (waiting included), most first: where
+    the wall time of a run goes, summed over the rows in flight."""
+    tot = Counter()
+    for r in results.values():
+        tot.update(r.notes.get("phases_s") or {})
+    return {k: round(v, 1) for k, v in tot.most_common()}
 
 
 def agreement(run1: dict, run2: dict) -> dict:
@@ -342,6 +353,8 @@ def main(argv=None) -> int:
                     help="verify runs (2 gives the speedup agreement)")
     ap.add_argument("--sandbox", default="auto", choices=("auto", "strict", "off"),
                     help="the verify runs' sandbox (off: no bubblewrap or worker uids)")
+    ap.add_argument("--pairs-out", type=Path, default=None,
+                    help="write the synthesized pairs here (a later run takes them with --pairs)")
     ap.add_argument("--serial-one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.serial_one:
@@ -373,6 +386,9 @@ def main(argv=None) -> int:
         pairs, report["synth"] = synthesize(problems, device)
         print(f"synth: {len(pairs)} candidates from {len(problems)} problems in "
               f"{report['synth']['seconds']:.1f}s")
+        if args.pairs_out:
+            from curate.tableio import write_rows
+            write_rows(args.pairs_out, pairs)
     def save_partial(**parts):  # a run cut short still leaves what it measured
         report.update(parts)
         args.out.parent.mkdir(parents=True, exist_ok=True)

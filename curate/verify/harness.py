@@ -551,9 +551,10 @@ def _candidate_fetch(s: _Session, task: dict) -> dict:
     transport.release()
     if task.get("transport") == "cuda_ipc":
         desc = transport.send(items, Path.cwd(), i, "cuda_ipc")
-    elif task.get("transport") == "memfd":
+    elif task.get("transport") in ("memfd", "cuda_fd"):
         from ..isolation import worker
-        desc, fds = transport.send_memfd(items)
+        send = transport.send_memfd if task["transport"] == "memfd" else transport.send_cuda_fd
+        desc, fds = send(items)
         worker.reply_fds(fds)
     else:
         desc = transport.send_inline(items)
@@ -739,11 +740,17 @@ def reference_instability(mod, model, inputs: list, ref_out: list) -> str | None
 
 
 def probe_send(task: dict) -> dict:
-    """Does CUDA IPC work between two workers here? The sending half."""
+    """Does CUDA IPC (or, with `transport: cuda_fd`, device memory as a descriptor) work
+    between two workers here? The sending half."""
     x = torch.arange(4096, dtype=torch.float32, device=task["device"]) * 1.5
     _, total = torch.cuda.mem_get_info()
-    return {"status": "ok", "total_gb": total / 2**30,
-            "export": transport.send([x, None], Path.cwd(), 0, "cuda_ipc")}
+    if task.get("transport") == "cuda_fd":
+        from ..isolation import worker
+        desc, fds = transport.send_cuda_fd([x, None])
+        worker.reply_fds(fds)
+    else:
+        desc = transport.send([x, None], Path.cwd(), 0, "cuda_ipc")
+    return {"status": "ok", "total_gb": total / 2**30, "export": desc}
 
 
 PROBE_KERNEL = """
@@ -769,7 +776,8 @@ def probe_cuda(task: dict) -> dict:
 
 
 def probe_receive(task: dict) -> dict:
-    items = transport.receive(task["export"], task["device"])
+    from ..isolation import worker
+    items = transport.receive(task["export"], task["device"], worker.task_fds())
     want = torch.arange(4096, dtype=torch.float32, device=task["device"]) * 1.5
     ok = len(items) == 2 and items[1] is None and torch.equal(items[0], want)
     del items

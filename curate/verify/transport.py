@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-TRANSPORTS = ("files", "cuda_ipc", "memfd", "inline")
+TRANSPORTS = ("files", "cuda_ipc", "cuda_fd", "memfd", "inline")
 
 _HELD: list = []      # the candidate worker's exported tensors, until release()
 
@@ -79,13 +79,9 @@ def _flat_bytes(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1).view(torch.uint8)
 
 
-def send_memfd(items: list) -> tuple[dict, list[int]]:
-    """Trial outputs in sealed memory files (candidate worker): the bytes of every output, one
-    after the other, in files of MEMFD_CHUNK bytes at most, copied straight from the device
-    and sealed before they leave; the descriptors go with the reply (worker.reply_fds). The
-    judge checks the seals, so nothing can change them after the handover; no byte passes
-    through the parent, whatever the outputs weigh."""
-    from ..isolation.protocol import sealed_memfd
+def _layout(items: list) -> tuple[list[dict], list[tuple[torch.Tensor, int, int]], int]:
+    """The bytes of every output one after the other (64-byte aligned): their descriptions,
+    the flat sources with their offsets and sizes, and the total."""
     specs, parts, total = [], [], 0
     for x in items:
         if x is None:
@@ -101,6 +97,17 @@ def send_memfd(items: list) -> tuple[dict, list[int]]:
         if n:
             parts.append((_flat_bytes(t), off, n))
         total = off + n
+    return specs, parts, total
+
+
+def send_memfd(items: list) -> tuple[dict, list[int]]:
+    """Trial outputs in sealed memory files (candidate worker): the bytes of every output, one
+    after the other, in files of MEMFD_CHUNK bytes at most, copied straight from the device
+    and sealed before they leave; the descriptors go with the reply (worker.reply_fds). The
+    judge checks the seals, so nothing can change them after the handover; no byte passes
+    through the parent, whatever the outputs weigh."""
+    from ..isolation.protocol import sealed_memfd
+    specs, parts, total = _layout(items)
     fds: list[int] = []
     try:
         for start in range(0, total, MEMFD_CHUNK):
@@ -119,6 +126,58 @@ def send_memfd(items: list) -> tuple[dict, list[int]]:
             os.close(fd)
         raise
     return {"transport": "memfd", "size": total, "chunk": MEMFD_CHUNK, "items": specs}, fds
+
+
+def send_cuda_fd(items: list) -> tuple[dict, list[int]]:
+    """Trial outputs in one device allocation handed over as a file descriptor (candidate
+    worker, GPU): what memory files do, without the round trip through the host. Outputs
+    that are not on the GPU go inline."""
+    from . import devicefd
+    if any(isinstance(x, torch.Tensor) and not x.is_cuda for x in items):
+        return send_inline(items), []
+    specs, parts, total = _layout(items)
+    if not total:
+        return {"transport": "cuda_fd", "size": 0, "items": specs}, []
+    device = next(x.device.index for x in items if isinstance(x, torch.Tensor))
+    fd, size = devicefd.export(parts, total, device or 0)
+    return {"transport": "cuda_fd", "size": size, "bytes": total, "items": specs}, [fd]
+
+
+def _open_cuda_fd(desc: dict, fds: list[int], device: str) -> list:
+    """The outputs that `send_cuda_fd` described (judge): one read-only mapping, copied into
+    this process's own memory before anything is compared."""
+    from . import devicefd
+    size = _int(desc.get("size"))
+    flat = None
+    if size:
+        if len(fds) != 1:
+            raise ValueError("output memory does not match its description")
+        total = _int(desc.get("bytes"))
+        index = torch.device(device).index
+        flat = devicefd.import_copy(fds[0], size, total, index or 0)
+    elif fds:
+        raise ValueError("output memory does not match its description")
+    return _views(desc, flat, 0 if flat is None else flat.numel(), device)
+
+
+def _views(desc: dict, flat: torch.Tensor | None, size: int, device: str) -> list:
+    """Tensors over `flat` (the bytes of `_layout`), each checked against its description."""
+    out = []
+    for spec in desc.get("items") or []:
+        if not isinstance(spec, dict) or spec.get("kind") == "none":
+            out.append(None)
+            continue
+        dtype = _DTYPES.get(spec.get("dtype"))
+        if dtype is None:
+            raise ValueError(f"unsupported dtype {spec.get('dtype')!r}")
+        shape = [_int(v) for v in spec.get("shape") or []]
+        off, n = _int(spec.get("offset")), _int(spec.get("nbytes"))
+        if min(shape + [0]) < 0 or off < 0 or off + n > size \
+                or n != math.prod(shape) * torch.empty(0, dtype=dtype).element_size():
+            raise ValueError("an output does not match its bytes")
+        part = flat[off:off + n] if n else torch.empty(0, dtype=torch.uint8, device=device)
+        out.append(part.view(dtype).reshape(shape))
+    return out
 
 
 def _open_memfd(desc: dict, fds: list[int], device: str) -> list:
@@ -221,6 +280,8 @@ def receive(desc, device: str, fds: list[int] | None = None):
         raise ValueError("not an output description")
     if desc.get("transport") == "memfd":
         return _open_memfd(desc, list(fds or []), device)
+    if desc.get("transport") == "cuda_fd":
+        return _open_cuda_fd(desc, list(fds or []), device)
     if desc.get("transport") == "files":
         return _load_file(Path(_str(desc.get("path"))), device)
     if desc.get("transport") == "inline" and isinstance(desc.get("items"), list):
