@@ -4,7 +4,6 @@ for real in the sandboxed worker pool, and kept programs in fresh interpreters."
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from curate.tableio import read_rows
 
 FIXTURES = Path(__file__).parent / "fixtures" / "scrape"
 KEPT = {"ConvBlock", "Mlp", "DeepBlock", "ArgsNet", "ConfigNet", "Embedder", "Sequence",
-        "Flatten"}
+        "Flatten", "EvalDropout", "Resizer", "Factories", "Windowed"}
 REASONS = {"NeedsKwargs": "scrape:forward_kwargs", "Noisy": "scrape:nondeterministic",
            "IgnoresInput": "scrape:output_ignores_input", "Pretrained": "scrape:needs_weights",
            "Identity": "scrape:no_compute", "Huge": "scrape:too_large",
@@ -97,6 +96,23 @@ def test_closure_follows_free_names_across_files():
     compile(src, "closure", "exec")
 
 
+def test_closure_follows_a_submodule_its_package_imports(tmp_path):
+    """`from pkg import functional as F` where pkg/__init__ says `from . import functional`:
+    F is the submodule (as torchvision.transforms.v2 is), not a name bound nowhere."""
+    pkg = tmp_path / "pkg"
+    (pkg / "functional").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from . import functional\nfrom .layers import Scaled\n")
+    (pkg / "functional" / "__init__.py").write_text("from ._ops import double\n")
+    (pkg / "functional" / "_ops.py").write_text("def double(x):\n    return x * 2\n")
+    (pkg / "layers.py").write_text(
+        "import torch.nn as nn\nfrom pkg import functional as F\n\n\n"
+        "class Scaled(nn.Module):\n    def forward(self, x):\n        return F.double(x)\n")
+    cl = build_closure(Repository.scan(tmp_path), ClassRef("pkg.layers", "Scaled"))
+    assert "def double(" in cl.source and "F.double" not in cl.source, cl.source
+    assert not cl.unresolved
+    compile(cl.source, "closure", "exec")
+
+
 def test_closure_mocks_parsed_arguments():
     repo = Repository.scan(FIXTURES / "toyrepo")
     cl = build_closure(repo, ClassRef("toy.configured", "ArgsNet"))
@@ -161,6 +177,35 @@ def test_inputs_repaired_from_messages(scraped):
         "3, 4, 4" in kept["Flatten"]["pytorch_code"].split("def get_inputs")[1]
 
 
+def _init_inputs(code: str) -> str:
+    return code.split("def get_init_inputs")[1]
+
+
+def test_programs_judged_in_eval_mode(scraped):
+    """Dropout off, as verify runs every program: kept; randomness in eval mode is not."""
+    kept, dropped, _, _ = scraped
+    assert "EvalDropout" in kept
+    assert "scrape:nondeterministic" in dropped["Dropping"]["reasons"]
+
+
+def test_inputs_grow_when_forward_gives_its_input_back(scraped):
+    kept, _, _, _ = scraped
+    inputs = kept["Resizer"]["pytorch_code"].split("def get_inputs")[1]
+    assert "16, 16]" in inputs, inputs  # 4x4 resized to 4x4 was no compute
+
+
+def test_constructor_gets_layer_factories(scraped):
+    kept, _, _, _ = scraped
+    init = _init_inputs(kept["Factories"]["pytorch_code"])
+    assert "torch.nn.BatchNorm2d" in init and "torch.nn.ReLU" in init, init
+
+
+def test_constructor_gets_lists_the_annotations_ask_for(scraped):
+    kept, dropped, _, _ = scraped
+    assert "Windowed" in kept, dropped.get("Windowed", {}).get("error")
+    assert _init_inputs(kept["Windowed"]["pytorch_code"]).count("[4, 4]") == 3
+
+
 def test_resume_reads_finished_classes_back(scraped, tmp_path, monkeypatch):
     _, _, work, _ = scraped
     ledger = work / "toy.ledger.sqlite"
@@ -196,6 +241,9 @@ def test_graph_break_reason(tmp_path):
     assert "scrape:import_error" in dropped["NeedsExtension"]["reasons"]
     assert "an extension this machine does not have" in dropped["NeedsExtension"]["error"]
     assert kept == {"Smooth"}
+    # a compiled op that does not load here: an import failure, not a search that gave up
+    assert "scrape:import_error" in dropped["CallsExtension"]["reasons"]
+    assert "custom C++ ops" in dropped["CallsExtension"]["error"]
     assert "license_unknown:no_license_file" in dropped["Branchy"]["reasons"]
 
 
@@ -248,6 +296,18 @@ def test_repairs_read_messages():
         st, "ValueError: not enough values to unpack (expected 3, got 4)")
     assert repair.repairs(st, "IndexError: tensors used as indices must be long")[0][0][0] == "l"
     assert repair.repairs(st, "an error no rule knows") == []
+
+
+def test_larger_inputs_and_annotation_kinds():
+    from collections.abc import Callable
+    from typing import List, Optional
+    from curate.sources.scrape.deduce_worker import _annotation_kind
+    assert repair.larger((("f", (4, 4, 4, 4)),)) == [(("f", (4, 4, 16, 16)),)]
+    assert repair.larger((("f", (4, 4, 64, 64)),)) == []
+    for ann, kind in ((List[int], list), ("list[int]", list), ("Optional[Tuple[int, int]]", list),
+                      (Optional[List[int]], list), ("Callable[..., nn.Module]", Callable),
+                      (Callable[..., int], Callable), (bool, bool), ("int", None), (int, None)):
+        assert _annotation_kind(ann) == kind, ann
 
 
 def test_source_config_and_limit(tmp_path):

@@ -247,7 +247,8 @@ class ClosureBuilder:
                 # a package's own binding wins over its submodule of the same name (`from
                 # .create_conv2d import create_conv2d` in __init__), as in Python
                 if full in self.repo.modules and not (
-                        src in self.repo.modules and self.repo.find(src, alias.name)):
+                        src in self.repo.modules and self.repo.find(src, alias.name)
+                        and not self._imports_submodule(src, alias.name)):
                     return self._module_use(full, name, node, chains, lambda: None)
                 inner = self.repo.modules[src]
                 return self.resolve(inner, alias.name, node, chains) if inner is not owner \
@@ -256,6 +257,15 @@ class ClosureBuilder:
         if self._mode == "later":
             return self._later(owner, unit)[name]
         return self.visit(owner, unit, strict=self._mode == "strict")[name]
+
+    def _imports_submodule(self, package: str, name: str) -> bool:
+        """The package binds `name` only by importing its own submodule (`from . import
+        functional` in an `__init__`): the name is that module, not a definition."""
+        mod = self.repo.modules[package]
+        nodes = [mod.units[i].node for i in mod.bindings.get(name, ())]
+        return bool(nodes) and all(
+            isinstance(n, ast.ImportFrom) and absolute_module(mod, n) == package
+            and n.names[0].name == name for n in nodes)
 
     def _later(self, mod: ModuleInfo, unit: Unit) -> dict[str, str]:
         """Names for a statement read only inside function bodies: emitted after the reader."""

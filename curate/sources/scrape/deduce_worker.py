@@ -28,6 +28,22 @@ class NeedsDownload(Exception):
     """The module asked for weights or files from the network."""
 
 
+class MissingExtension(ImportError):
+    """A compiled extension the module calls does not load here (torchvision's C ops built for
+    another torch): no argument or input cures it."""
+
+
+# how a compiled extension that did not load shows itself when it is called
+EXTENSION = re.compile(r"Couldn't load custom C\+\+ ops|operator \w+::\w+ does not exist|"
+                       r"undefined symbol|cannot open shared object file")
+
+
+def _incurable(exc: BaseException) -> None:
+    """Raise, as an import failure, an error that the search cannot repair."""
+    if not isinstance(exc, ImportError) and EXTENSION.search(str(exc)):
+        raise MissingExtension(f"{type(exc).__name__}: {exc}") from exc
+
+
 def _no_download(*args, **kwargs):
     raise NeedsDownload(f"download attempted: {args[:1]!r}")
 
@@ -79,7 +95,7 @@ def classify(exc: BaseException, task: dict) -> str:
     if isinstance(exc, MemoryError) or "can't allocate memory" in text or \
             "not enough memory" in text:
         return "too_large"
-    if isinstance(exc, ImportError):
+    if isinstance(exc, ImportError) or EXTENSION.search(text):
         return "import_error"
     if isinstance(exc, NameError) and task.get("missing"):
         return "missing_dependency"
@@ -104,24 +120,68 @@ def _init_params(cls) -> tuple[list[inspect.Parameter], list[inspect.Parameter]]
     return pos, kw
 
 
+# layer factories a constructor calls (`norm_layer(channels)`, `activation_layer(inplace=True)`):
+# by what the name says, then nn.Identity, which takes any arguments
+CALLABLES = (("norm", "torch.nn.BatchNorm2d"), ("bn", "torch.nn.BatchNorm2d"),
+             ("act", "torch.nn.ReLU"), ("nonlin", "torch.nn.ReLU"), ("", "torch.nn.Identity"))
+FACTORY_WORDS = ("_layer", "_fn", "_builder", "_constructor", "_cls", "_factory", "block")
+
+
+def _annotation_kind(ann) -> type | None:
+    """bool, float, str, list or callable for an annotation, typing's generics included."""
+    import collections.abc
+    import typing
+    if isinstance(ann, str):  # postponed annotations: read the text
+        return _annotation_text_kind(ann)
+    if isinstance(ann, type) and ann in (bool, float, str, tuple, list):
+        return list if ann is tuple else ann
+    origin = typing.get_origin(ann)
+    if origin is typing.Union:  # Optional[X]: X
+        kinds = {_annotation_kind(a) for a in typing.get_args(ann) if a is not type(None)}
+        return kinds.pop() if len(kinds) == 1 else None
+    if origin in (list, tuple, collections.abc.Sequence):
+        return list
+    if origin is collections.abc.Callable or ann is typing.Callable:
+        return collections.abc.Callable
+    return None
+
+
+def _annotation_text_kind(text: str) -> type | None:
+    import collections.abc
+    t = re.sub(r"\b(?:typing|collections\.abc|t)\.", "", text.replace(" ", ""))
+    t = re.sub(r"^Optional\[(.*)\]$|^(.*)\|None$|^None\|(.*)$",
+               lambda m: next(g for g in m.groups() if g), t)
+    head = t.split("[")[0]
+    kinds = {"bool": bool, "float": float, "str": str, "list": list, "List": list, "tuple": list,
+             "Tuple": list, "Sequence": list, "Callable": collections.abc.Callable}
+    return kinds.get(head)
+
+
+def _callables(name: str) -> list[str]:
+    return list(dict.fromkeys(f for word, f in CALLABLES if word in name))
+
+
 def _choices(p: inspect.Parameter, guess) -> list:
     """Values to try for a constructor parameter, most likely first (as source text)."""
+    import collections.abc
     name = p.name.lower()
-    ann = p.annotation if isinstance(p.annotation, type) else None
+    kind = _annotation_kind(p.annotation)
     first = []
     if name in CONFIG_PARAMS or any(w in name for w in ("config", "cfg", "cnf", "setting")):
         first.append(f"_Mock({p.name!r})")
-    if ann is bool:
+    if kind is bool:
         first += ["False", "True"]
-    elif ann is float:
+    elif kind is float:
         first += ["0.5", "1.0"]
-    elif ann is str:
+    elif kind is str:
         first += ["'relu'", "'mean'"]
-    elif ann in (tuple, list):
-        first += ["(4, 4)", "[4, 4]"]
+    elif kind is list:
+        first += ["[4, 4]", "(4, 4)"]
+    elif kind is collections.abc.Callable or name.endswith(FACTORY_WORDS):
+        first += _callables(name)
     first.append(repr(guess(p.name)))
     rest = ["4", "1", "2", "8", "3", "16", "0.5", "True", "False", "(4, 4)", "[4, 4]", "'relu'",
-            "None", "32", "64", f"_Mock({p.name!r})", "[4, 4, 4, 4]", "0"]
+            "None", "32", "64", f"_Mock({p.name!r})", "[4, 4, 4, 4]", "0", *_callables(name)]
     return list(dict.fromkeys(first + rest))
 
 
@@ -134,6 +194,7 @@ WANTS = [
      lambda t: t.startswith("_Mock(")),
     (re.compile(r"must be int, not float|'float' object cannot be interpreted as an integer|"
                 r"expected int|integer argument expected"), lambda t: t.isdigit()),
+    (re.compile(r"object is not callable"), lambda t: t.startswith("torch.nn.")),
     (re.compile(r"NoneType"), lambda t: t != "None"),
     (re.compile(r"must be (?:a )?str|expected str"), lambda t: t.startswith("'")),
 ]
@@ -144,6 +205,18 @@ def _wanted(message: str):
         if pattern.search(message):
             return test
     return None
+
+
+def _named_first(params: list[inspect.Parameter], exc: BaseException) -> list[int]:
+    """Parameter indices, those the message names first, then those the failing lines name
+    (the innermost line first), then the rest."""
+    lines = [f.line or "" for f in traceback.extract_tb(exc.__traceback__)
+             if f.filename == PROGRAM]
+    order: list[int] = []
+    for text in [str(exc), *reversed(lines)]:
+        words = set(re.findall(r"\w+", text))
+        order += [i for i, p in enumerate(params) if p.name in words and i not in order]
+    return order + [i for i in range(len(params)) if i not in order]
 
 
 class InitSearch:
@@ -177,6 +250,7 @@ class InitSearch:
                     urllib.error.URLError):
                 raise
             except Exception as exc:  # noqa: BLE001 - try the next arguments
+                _incurable(exc)
                 self.last = exc
                 self.state = self._grow(exc) or self.advance(state, exc)
         raise self.last if self.last is not None else RuntimeError("no constructor arguments")
@@ -224,13 +298,11 @@ class InitSearch:
     def advance(self, state, exc) -> tuple | None:
         """Move the parameter the error names (or its failing line mentions) on."""
         params = self.pos + self.kw
-        tb = traceback.extract_tb(exc.__traceback__)
-        lines = " ".join(f.line or "" for f in tb if f.filename == PROGRAM)
-        text = f"{exc} {lines}"
-        order = [i for i, p in enumerate(params) if p.name in text]
-        order += [i for i in range(len(params)) if i not in order]
+        order = _named_first(params, exc)
         wanted = _wanted(str(exc))
         for i in order if wanted else []:  # jump to the kind of value the error asks for
+            if wanted(self.options[i][state[i]]):
+                continue  # already of that kind: the error is about another one
             for j, opt in enumerate(self.options[i]):
                 new = state[:i] + (j,) + state[i + 1:]
                 if j != state[i] and wanted(opt) and new not in self.seen:
@@ -268,7 +340,7 @@ def find_inputs(model, names: list[str], task: dict, budget_s: float):
     """(inputs source text, attempts) or raises the last error."""
     import torch
     stack = list(reversed(repair.restarts(names)))
-    seen, last, attempts = set(), None, 0
+    seen, last, attempts, identity = set(), None, 0, None
     deadline = time.monotonic() + budget_s
     while stack and attempts < task.get("max_forward", 40) and time.monotonic() < deadline:
         state = stack.pop()
@@ -283,19 +355,34 @@ def find_inputs(model, names: list[str], task: dict, budget_s: float):
             torch.manual_seed(1)
             inputs = eval(text, {"torch": torch})  # noqa: S307 - our own text
             with torch.no_grad():
-                model(*inputs)
-            return text, attempts
+                out = model(*inputs)
+            if not _returns_input(out, inputs):
+                return text, attempts
+            # a resize or crop to the size it was given: larger inputs, or this one after all
+            identity = identity or (text, attempts)
+            stack = [s for s in repair.larger(state) if s not in seen]
+            continue
         except (NeedsDownload, MemoryError, ImportError, FileNotFoundError, urllib.error.URLError,
                 NotImplementedError):
             raise
         except Exception as exc:  # noqa: BLE001 - repair the inputs from the message
+            _incurable(exc)
             last = exc
             for new in reversed(repair.repairs(state, f"{type(exc).__name__}: {exc}")):
                 if new not in seen:
                     stack.append(new)
+    if identity is not None:
+        return identity  # the check says no_compute
     if last is None:
         raise RuntimeError("no input shapes left to try")
     raise last
+
+
+def _inference(model):
+    """Eval mode, as verify and synth run every program (verify.harness.build_model): no
+    dropout, batch norm on running statistics. Judged in training mode, a model with dropout
+    was nondeterministic here and deterministic everywhere it is used."""
+    return model.eval() if hasattr(model, "eval") else model
 
 
 def _count_params(model) -> int:
@@ -320,6 +407,7 @@ def deduce(task: dict) -> dict:
     for _ in range(task.get("init_rounds", 3)):
         try:
             model, init = search.next_model(max(1.0, deadline - time.monotonic()))
+            model = _inference(model)
         except Exception:  # noqa: BLE001 - no further constructor arguments construct
             if last is None:
                 raise
@@ -377,13 +465,19 @@ def _run(ns: dict, model_seed: int, input_seed: int, model=None):
     import torch
     if model is None:
         torch.manual_seed(model_seed)
-        model = ns["Model"](*ns["get_init_inputs"]())
+        model = _inference(ns["Model"](*ns["get_init_inputs"]()))
     torch.manual_seed(input_seed)
     inputs = ns["get_inputs"]()
     torch.manual_seed(input_seed)
     with torch.no_grad():
         out = model(*inputs)
     return model, inputs, _tensors(out)
+
+
+def _returns_input(out, inputs) -> bool:
+    """Every output tensor is one of the inputs, unchanged."""
+    outs = _tensors(out)
+    return bool(outs) and all(any(_same([o], [i]) for i in _tensors(inputs)) for o in outs)
 
 
 def _rerun(model, inputs) -> list:
@@ -400,7 +494,7 @@ def check(task: dict) -> dict:
     model, inputs, out1 = _run(ns, 0, 1)
     if not out1:
         return {"ok": False, "reason": "no_compute", "error": "forward returns no tensor"}
-    if all(any(_same([o], [i]) for i in _tensors(inputs)) for o in out1):
+    if _returns_input(out1, inputs):
         return {"ok": False, "reason": "no_compute", "error": "forward returns its input"}
     _, _, out2 = _run(ns, 0, 1)
     if not _same(out1, out2):

@@ -43,6 +43,18 @@ def numel(state: tuple) -> int:
     return sum(math.prod(it[1]) for it in state)
 
 
+def larger(state: tuple) -> list[tuple]:
+    """The state with its last two sizes four times larger (up to 64): for a forward that
+    gave back its input (a resize or a crop to the size it was given)."""
+    grown = list(state)
+    for i in _floats(state):
+        shape = list(state[i][1])
+        if len(shape) >= 2 and max(shape[-2:]) < 64:
+            grown[i] = (state[i][0], tuple(shape[:-2] + [s * 4 for s in shape[-2:]]),
+                        *state[i][2:])
+    return [tuple(grown)] if tuple(grown) != state else []
+
+
 def _replace(state: tuple, i: int, item: tuple) -> tuple:
     return state[:i] + (item,) + state[i + 1:]
 
