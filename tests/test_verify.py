@@ -157,6 +157,12 @@ def test_cpp_pair_is_timed_and_compile_errors_are_trimmed(cache_dir):
     assert ok.correct and ok.ref_ms > 0 and ok.kernel_ms > 0
     assert ok.speedup_ci_low <= ok.speedup <= ok.speedup_ci_high
     assert ok.timed_trials >= 20
+    # where the row's wall time went: its named phases, waits included, add up to it
+    phases = ok.notes["phases_s"]
+    for name in ("compiling ahead", "starting the candidate worker", "candidate load",
+                 "starting the judge worker", "timing", "ending workers"):
+        assert name in phases, phases
+    assert 0.8 * ok.seconds <= sum(phases.values()) <= ok.seconds + 0.01, (phases, ok.seconds)
     assert bad.status == "compile_error"
     assert "undeclared_factor" in bad.error and len(bad.error) <= 2000
     # the build is content-addressed in the cache and reused by the next run
