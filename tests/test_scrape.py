@@ -240,7 +240,12 @@ def test_graph_break_reason(tmp_path):
     assert "scrape:graph_break" in dropped["Branchy"]["reasons"], dropped["Branchy"].get("error")
     assert "scrape:import_error" in dropped["NeedsExtension"]["reasons"]
     assert "an extension this machine does not have" in dropped["NeedsExtension"]["error"]
-    assert kept == {"Smooth"}
+    assert kept == {"Smooth", "AvoidsBrokenImport"}
+    # an import that fails while loading, of a name the class never uses: a stand-in
+    code = {r["entry_point"]: r["pytorch_code"] for r in read_rows(out)}["AvoidsBrokenImport"]
+    assert "no_such_name = _unavailable('json.no_such_name'" in code
+    assert "scrape:import_error" in dropped["UsesBrokenImport"]["reasons"]
+    assert "json.no_such_name does not import here" in dropped["UsesBrokenImport"]["error"]
     # a compiled op that does not load here: an import failure, not a search that gave up
     assert "scrape:import_error" in dropped["CallsExtension"]["reasons"]
     assert "custom C++ ops" in dropped["CallsExtension"]["error"]

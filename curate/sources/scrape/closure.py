@@ -21,7 +21,8 @@ from functools import lru_cache
 from .mocks import MOCK_SOURCE, READER_CALLS
 from .modules import TORCH_MODULE_BASES, ClassRef, ModuleInfo, Repository, Unit, absolute_module
 
-RESERVED = ("torch", "Model", "get_inputs", "get_init_inputs", "_Mock", "_guess")
+RESERVED = ("torch", "Model", "get_inputs", "get_init_inputs", "_Mock", "_guess", "_unavailable",
+            "_UnavailableType")
 MAX_UNITS = 2000
 
 

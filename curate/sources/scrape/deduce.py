@@ -121,7 +121,8 @@ class Deducer:
         if not got.get("ok"):
             return Verdict(None, got.get("reason") or "gave_up", got.get("error"),
                            got.get("attempts", 0), got.get("seconds", 0.0))
-        text = program(job.closure, job.class_name, got["init"], got["kw_init"], got["inputs"],
+        closure = got.get("program") or job.closure  # with stand-ins for imports that fail
+        text = program(closure, job.class_name, got["init"], got["kw_init"], got["inputs"],
                        job.head)
         checked = self._call({"role": "check", "program": text,
                               "graph_breaks": self.settings.graph_breaks})

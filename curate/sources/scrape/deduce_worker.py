@@ -19,7 +19,7 @@ import types
 import urllib.error
 
 from . import repair
-from .mocks import CONFIG_PARAMS, namespace
+from .mocks import CONFIG_PARAMS, UNAVAILABLE_SOURCE, namespace
 
 PROGRAM = "<scraped>"
 
@@ -84,6 +84,50 @@ def load(program: str) -> dict:
     sys.modules["scraped"] = mod
     exec(compile(program, PROGRAM, "exec"), mod.__dict__)  # noqa: S102 - sandboxed worker
     return mod.__dict__
+
+
+def load_standing_in(program: str, tries: int = 8) -> tuple[dict, str]:
+    """(namespace, program as loaded): an outside import that fails while the program loads
+    becomes a stand-in that raises ImportError only when it is used, so that a class that
+    never uses it still runs alone."""
+    for _ in range(tries):
+        try:
+            return load(program), program
+        except Exception as exc:  # noqa: BLE001 - an import line may be what failed
+            new = _stand_in(program, exc)
+            if new is None:
+                raise
+            program = new
+    return load(program), program
+
+
+def _stand_in(program: str, exc: BaseException) -> str | None:
+    """The program with the top-level import that raised `exc` replaced, or None."""
+    import ast
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == PROGRAM]
+    if not frames or frames[-1].lineno is None or frames[-1].name != "<module>":
+        return None
+    lines = program.split("\n")
+    at = frames[-1].lineno - 1
+    line = lines[at] if at < len(lines) else ""
+    indent = line[:len(line) - len(line.lstrip())]
+    try:
+        node = ast.parse(line.strip()).body[0]
+    except (SyntaxError, IndexError):
+        return None
+    if not isinstance(node, (ast.Import, ast.ImportFrom)) or len(node.names) != 1 or \
+            node.names[0].name == "*":
+        return None
+    alias = node.names[0]
+    if isinstance(node, ast.Import):
+        full, bound = alias.name, alias.asname or alias.name.split(".")[0]
+    else:
+        full, bound = f"{node.module}.{alias.name}", alias.asname or alias.name
+    why = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    lines[at] = f"{indent}{bound} = _unavailable({full!r}, {why!r})"
+    if "class _UnavailableType" not in program:  # after the first line, `import torch`
+        lines[1:1] = ["", UNAVAILABLE_SOURCE.strip(), ""]
+    return "\n".join(lines)
 
 
 def classify(exc: BaseException, task: dict) -> str:
@@ -395,7 +439,7 @@ def deduce(task: dict) -> dict:
     """Constructor arguments, then inputs; a forward that no input fits moves the constructor
     on (its arguments may be what the forward trips over), a few times."""
     try:
-        ns = load(task["program"])
+        ns, loaded = load_standing_in(task["program"])
     except Exception as exc:  # noqa: BLE001 - the program does not even load
         reason = classify(exc, task)
         return {"ok": False, "reason": "import_error" if reason == "gave_up" else reason,
@@ -436,7 +480,8 @@ def deduce(task: dict) -> dict:
                 break
             continue
         return {"ok": True, "init": init, "kw_init": [p.name for p in search.kw],
-                "inputs": inputs, "params": n_params, "attempts": search.attempts + n}
+                "inputs": inputs, "params": n_params, "attempts": search.attempts + n,
+                "program": loaded if loaded != task["program"] else None}
     raise last
 
 

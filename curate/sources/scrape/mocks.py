@@ -93,6 +93,25 @@ class _Mock:
         return f"_Mock({self.__dict__['_name']!r}, **{self.__dict__['_asked']!r})"
 '''
 
+# an outside import that fails while the program loads (timm's table of norm layers names
+# torchvision's FrozenBatchNorm2d, and that torchvision does not import against this torch)
+UNAVAILABLE_SOURCE = '''
+class _UnavailableType(type):
+    """An outside name that does not import here: the program loads, using the name raises."""
+
+    def __call__(cls, *args, **kwargs):
+        raise ImportError(f"{cls.__qualname__} does not import here: {cls._why}")
+
+    def __getattr__(cls, key):
+        if key.startswith("__"):
+            raise AttributeError(key)
+        raise ImportError(f"{cls.__qualname__} does not import here: {cls._why}")
+
+
+def _unavailable(name, why):
+    return _UnavailableType(name, (), {"_why": why})
+'''
+
 # constructor parameters passed a _Mock: config objects under their usual names
 CONFIG_PARAMS = ("config", "cfg", "conf", "args", "opt", "opts", "hparams", "hp", "params",
                  "options", "settings", "hyperparams", "model_cfg", "model_config", "configs")
