@@ -44,6 +44,10 @@ SETTINGS = {
     # then lie in 2 MiB runs of physical memory, not in 4 KiB pages placed anew in each process
     "thp": {"THP_MEM_ALLOC_ENABLE": "1"},
     "nothp": {"THP_MEM_ALLOC_ENABLE": "0"},
+    # glibc's heap itself on transparent huge pages (the reference's temporaries below 2 MiB
+    # live there): their placement in the physically indexed caches no longer differs from one
+    # process to the next
+    "hugeheap": {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1", "THP_MEM_ALLOC_ENABLE": "1"},
 }
 # a setting's name may end in these: the whole run under `taskset -c <last core>`, or with
 # address-space randomization off (`setarch -R`: every worker's buffers at the same addresses)
@@ -63,7 +67,8 @@ def verify_once(pairs: Path, setting: str, out: Path) -> tuple[dict, float]:
     for r in read_rows(out):
         key = r.get("path") or r.get("entry_point") or r["id"]
         got[key] = {"status": r["status"], "speedup": r.get("speedup"),
-                    "low": r.get("speedup_ci_low"), "high": r.get("speedup_ci_high")}
+                    "low": r.get("speedup_ci_low"), "high": r.get("speedup_ci_high"),
+                    "ref_ms": r.get("ref_ms"), "kernel_ms": r.get("kernel_ms")}
     return got, time.monotonic() - t0
 
 
@@ -76,9 +81,15 @@ def spread(runs: list[dict]) -> dict:
     for key in sorted(set().union(*runs)):
         sps = [r[key]["speedup"] for r in runs if r.get(key, {}).get("speedup")]
         if len(sps) == len(runs) and min(sps) > 0:
+            side = {}
+            for col in ("ref_ms", "kernel_ms"):  # which side moves: the reference or the kernel
+                ms = [r[key].get(col) for r in runs]
+                if all(ms):
+                    side[col] = [round(m, 4) for m in ms]
+                    side[f"{col}_max_over_min"] = round(max(ms) / min(ms), 3)
             rows[key] = {"speedups": [round(s, 3) for s in sps],
                          "lows": [round(r[key]["low"], 3) for r in runs],
-                         "max_over_min": round(max(sps) / min(sps), 3)}
+                         "max_over_min": round(max(sps) / min(sps), 3), **side}
     ratios = [v["max_over_min"] for v in rows.values()]
     return {"rows": rows, "median_max_over_min": round(statistics.median(ratios), 3),
             "worst_max_over_min": round(max(ratios), 3)} if ratios else {"rows": rows}

@@ -484,6 +484,26 @@ def test_outputs_travel_in_sealed_memory_files(monkeypatch):
         os.close(fd)
 
 
+def test_device_memory_descriptions_that_do_not_match_their_descriptors_are_refused():
+    """cuda_fd's checks made before the driver is asked (so they hold on a machine without a
+    GPU too): an allocation announced with no descriptor, or with two, or descriptors sent
+    beside an empty one."""
+    from curate.verify import transport
+    spec = [{"kind": "tensor", "dtype": "float32", "shape": [4], "offset": 0, "nbytes": 16}]
+    r, w = os.pipe()
+    try:
+        for desc, fds in (({"transport": "cuda_fd", "size": 2 << 20, "bytes": 16,
+                            "items": spec}, []),
+                          ({"transport": "cuda_fd", "size": 2 << 20, "bytes": 16,
+                            "items": spec}, [r, w]),
+                          ({"transport": "cuda_fd", "size": 0, "items": []}, [r])):
+            with pytest.raises(ValueError, match="does not match"):
+                transport.receive(desc, "cpu", fds)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
 def test_verify_on_cpu_sends_outputs_in_memory_files(cache_dir):
     with Verifier(device="cpu", workers=1, cache_dir=cache_dir, compile_workers=0) as v:
         assert v.transport == "memfd" and "transport" not in v.config()
@@ -536,6 +556,8 @@ def test_device_memory_passes_by_descriptor_and_forgeries_are_refused():
                                       zip([items[0], items[2], items[3]], [got[0], got[2], got[3]]))
         with pytest.raises(ValueError):
             transport.receive({**desc, "size": desc["size"] * 4}, "cuda", fds)
+        assert transport.held_bytes() >= desc["size"]  # kept until the judge is done
+        assert transport.release() == 1 and transport.held_bytes() == 0
     finally:
         for fd in fds:
             os.close(fd)

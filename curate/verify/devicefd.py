@@ -103,9 +103,11 @@ def _unmap(ptr: int, size: int) -> None:
 
 
 def export(parts: list[tuple[torch.Tensor, int, int]], total: int, device: int
-           ) -> tuple[int, int]:
+           ) -> tuple[int, int, int]:
     """Copy flat uint8 tensors (`(bytes, offset, n)`) into one new allocation of `total` bytes
-    or more; returns (its descriptor, its mapped size). This process keeps no mapping of it."""
+    or more; returns (its descriptor, its mapped size, its handle). This process keeps no
+    mapping of it, only the handle, which keeps the memory alive until `release(handle)` (the
+    judge is done with it by then)."""
     cu = _cu()
     torch.cuda.synchronize(device)  # the driver calls below run in torch's current context
     g = granularity(device)
@@ -126,9 +128,16 @@ def export(parts: list[tuple[torch.Tensor, int, int]], total: int, device: int
         fd = ctypes.c_int(-1)
         _check(cu.cuMemExportToShareableHandle(ctypes.byref(fd), handle, _POSIX_FD,
                                                ctypes.c_uint64(0)), "cuMemExportToShareableHandle")
-        return int(fd.value), size
-    finally:
-        cu.cuMemRelease(handle)  # the descriptor keeps the memory until its importer is done
+    except BaseException:
+        cu.cuMemRelease(handle)
+        raise
+    return int(fd.value), size, int(handle.value)
+
+
+def release(handle: int) -> None:
+    """Free an exported allocation on this side (an importer's own handle keeps it until it
+    lets go)."""
+    _cu().cuMemRelease(ctypes.c_uint64(handle))
 
 
 def import_copy(fd: int, size: int, nbytes: int, device: int) -> torch.Tensor:

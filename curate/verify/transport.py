@@ -33,6 +33,7 @@ import torch
 TRANSPORTS = ("files", "cuda_ipc", "cuda_fd", "memfd", "inline")
 
 _HELD: list = []      # the candidate worker's exported tensors, until release()
+_HELD_FD: list[tuple[int, int]] = []   # (driver handle, bytes) of cuda_fd exports, likewise
 
 _DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16,
@@ -42,13 +43,18 @@ _RC_NAME = re.compile(rb"^/?[A-Za-z0-9_.-]{1,200}$")
 
 def held_bytes() -> int:
     """Device memory this worker keeps on purpose (exported outputs the judge has not released)."""
-    return sum(t.untyped_storage().nbytes() for t in _HELD)
+    return sum(t.untyped_storage().nbytes() for t in _HELD) + sum(n for _, n in _HELD_FD)
 
 
 def release() -> int:
     """Drop what this worker exported (the judge has finished with it). Returns the count."""
-    n = len(_HELD)
+    n = len(_HELD) + len(_HELD_FD)
     _HELD.clear()
+    if _HELD_FD:
+        from . import devicefd
+        for handle, _ in _HELD_FD:
+            devicefd.release(handle)
+        _HELD_FD.clear()
     if n and torch.cuda.is_available():
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
@@ -140,15 +146,16 @@ def send_cuda_fd(items: list) -> tuple[dict, list[int]]:
         return {"transport": "cuda_fd", "size": 0, "items": specs}, []
     device = next(x.device.index for x in items if isinstance(x, torch.Tensor)) or 0
     try:
-        fd, size = devicefd.export(parts, total, device)
+        fd, size, handle = devicefd.export(parts, total, device)
     except ValueError:
         # the driver's own allocation found the device full of torch's cached blocks: once
         # more without them, else this fetch goes by memory files (the judge reads either)
         torch.cuda.empty_cache()
         try:
-            fd, size = devicefd.export(parts, total, device)
+            fd, size, handle = devicefd.export(parts, total, device)
         except ValueError:
             return send_memfd(items)
+    _HELD_FD.append((handle, size))
     return {"transport": "cuda_fd", "size": size, "bytes": total, "items": specs}, [fd]
 
 
