@@ -480,6 +480,7 @@ class HeldWorker:
         """Start the worker now (it starts on the first call otherwise)."""
         if not self.alive:
             self.slot.kill()
+            self.pool.started += 1
             self.slot.start()
 
 
