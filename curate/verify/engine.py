@@ -624,28 +624,7 @@ class Verifier:
         calls judged by the reference, timing, verdict."""
         rng = random.Random(_seed(self.seed, row_key(row), "plan"))
         t0 = time.monotonic()
-        # loading is not gated (an import may hang for its whole limit); whatever it does
-        # stops while other pairs are timed
-        self._phase("starting the candidate worker")  # fork, then CUDA's start-up
-        start = self._start(cw)
-        self._phase("candidate load")
-        cand = cw.call(self._task(row, "candidate", op="load"), self.compile_timeout) \
-            if start is None else start
-        if not self._task_ok(cand, res, "candidate"):
-            return
-        self._remember_env(cand.value.get("env"))
-        if cand.value.get("status") != "ok":
-            self._worker_status(cand.value, res)
-            self._flags(ctx, cand.value)
-            self._fatal(ctx, res)
-            return
-        self._phase("waiting for the device (judge start)")
-        with self._device.shared():
-            self._phase("starting the judge worker")
-            start = self._start(jw)
-        judge = self._on_device(jw, self._task(row, "judge", op="load")) \
-            if start is None else start
-        if not self._judge_ok(judge, res):
+        if not self._load(row, cw, jw, ctx, res):
             return
         # correctness: a varying number of calls on scaled inputs first, then every trial set
         # unscaled; the last ones rewrite the same buffers in place
@@ -681,6 +660,31 @@ class Verifier:
                          ref.value.get("ms") or [], int(run.value.get("out_bytes") or 0))
         self._verdict(cw, jw, ctx, res)
         res.notes["pair_s"] = round(time.monotonic() - t0, 3)
+
+    def _load(self, row: dict, cw, jw, ctx: CheckContext, res: VerifyResult) -> bool:
+        """Start both workers and load the candidate, then the reference into the judge."""
+        # loading is not gated (an import may hang for its whole limit); whatever it does
+        # stops while other pairs are timed
+        self._phase("starting the candidate worker")  # fork, then CUDA's start-up
+        start = self._start(cw)
+        self._phase("candidate load")
+        cand = cw.call(self._task(row, "candidate", op="load"), self.compile_timeout) \
+            if start is None else start
+        if not self._task_ok(cand, res, "candidate"):
+            return False
+        self._remember_env(cand.value.get("env"))
+        if cand.value.get("status") != "ok":
+            self._worker_status(cand.value, res)
+            self._flags(ctx, cand.value)
+            self._fatal(ctx, res)
+            return False
+        self._phase("waiting for the device (judge start)")
+        with self._device.shared():
+            self._phase("starting the judge worker")
+            start = self._start(jw)
+        judge = self._on_device(jw, self._task(row, "judge", op="load")) \
+            if start is None else start
+        return self._judge_ok(judge, res)
 
     @staticmethod
     def _start(w) -> TaskResult | None:
