@@ -569,6 +569,34 @@ def test_device_memory_passes_by_descriptor_and_forgeries_are_refused():
         os.close(fake)
 
 
+def test_cpu_rows_near_the_threshold_are_timed_again_in_fresh_pairs(cache_dir, monkeypatch):
+    """With a build's threshold, a CPU row whose interval low lies near it is timed in two more
+    fresh process pairs and takes the median pair's figures; without one (verify alone) it is
+    timed once. The pairs that time it again still check timed outputs: a candidate that turns
+    to zeros from its second process on ends `incorrect`."""
+    from curate.verify import engine
+    monkeypatch.setattr(engine, "RETIME_BAND", 1e9)   # every low counts as near
+    rows = [pair("cpp_honest", backend="cpp"),
+            pair("cheat_when_retimed", backend="cpp")]
+    with Verifier(device="cpu", workers=1, timeout=240, cache_dir=cache_dir, gates=False,
+                  time_budget=0.1, threshold=2.0) as v:
+        assert v.config()["retime"]["pairs"] == 2
+        res = {rows[i]["id"]: r for i, r in v.verify(rows)}
+    ok, cheat = res["cpp_honest"], res["cheat_when_retimed"]
+    assert ok.status == "verified", (ok.status, ok.reasons, ok.error)
+    pairs = ok.notes["pairs"]
+    assert len(pairs) == 3 and all(p["speedup"] for p in pairs)
+    assert ok.speedup == sorted(p["speedup"] for p in pairs)[1]
+    assert ok.speedup_ci_low <= ok.speedup <= ok.speedup_ci_high
+    assert cheat.status == "incorrect" and "timed_output_mismatch" in cheat.reasons, \
+        (cheat.status, cheat.reasons, cheat.error)
+    with Verifier(device="cpu", workers=1, timeout=240, cache_dir=cache_dir, gates=False,
+                  time_budget=0.1) as v:
+        assert "retime" not in v.config()
+        once = v.verify_one(rows[0])
+    assert once.status == "verified" and "pairs" not in once.notes
+
+
 def test_memory_gate_lets_a_large_row_wait_for_room():
     import threading
     import time as _time

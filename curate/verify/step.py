@@ -19,7 +19,7 @@ class Verify(Step):
                  trials: int = 3, seed: int = 0, time_budget: float | None = None,
                  reference_workers: int | None = None, compile_workers: int | None = None,
                  cache_dir: str | None = None, memory_gb: float | None = None,
-                 sandbox: str = "auto"):
+                 sandbox: str = "auto", threshold: float | None = None):
         if device == "auto":
             from ..pipeline.config import detect_device
             device = detect_device()
@@ -27,7 +27,7 @@ class Verify(Step):
                                  seed=seed, time_budget=time_budget,
                                  reference_workers=reference_workers,
                                  compile_workers=compile_workers, cache_dir=cache_dir,
-                                 memory_gb=memory_gb, sandbox=sandbox)
+                                 memory_gb=memory_gb, sandbox=sandbox, threshold=threshold)
         self.device = device
         self.resources = Resources(cpus=os.cpu_count() or 1, gpus=1 if device == "cuda" else 0)
 
