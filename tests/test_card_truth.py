@@ -79,6 +79,12 @@ def test_cpu_card_says_how_many_threads_timed_each_call(cpu_build):
     (cpu_build / "stats.json").write_text(json.dumps(stats))
     _, body = _split_card(render_card(cpu_build).path.read_text())
     assert "reference and kernel each on 1 thread, one after the other" in body
+    assert "fresh process pairs" not in body
+    verify[0]["extra"]["retimed_rows"] = 3   # rows near the threshold, timed in three pairs
+    (cpu_build / "stats.json").write_text(json.dumps(stats))
+    _, body = _split_card(render_card(cpu_build).path.read_text())
+    assert "the 3 rows whose lower bound lay within 20% of the threshold were timed in three " \
+        "fresh process pairs" in body
 
 
 def test_the_machine_is_recorded_once_per_build(tmp_path, monkeypatch):

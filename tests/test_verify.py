@@ -582,6 +582,7 @@ def test_cpu_rows_near_the_threshold_are_timed_again_in_fresh_pairs(cache_dir, m
                   time_budget=0.1, threshold=2.0) as v:
         assert v.config()["retime"]["pairs"] == 2
         res = {rows[i]["id"]: r for i, r in v.verify(rows)}
+        assert v.retimed == 1   # the cheat ended in its first retimed pair
     ok, cheat = res["cpp_honest"], res["cheat_when_retimed"]
     assert ok.status == "verified", (ok.status, ok.reasons, ok.error)
     pairs = ok.notes["pairs"]

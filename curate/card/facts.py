@@ -213,6 +213,11 @@ class Facts:
         threads = (self.stage_extra("verify") or {}).get("cpu_threads")
         return int(threads) if threads else None
 
+    @property
+    def retimed_rows(self) -> int:
+        """Rows near the threshold that verify timed in more process pairs (CPU builds)."""
+        return int((self.stage_extra("verify") or {}).get("retimed_rows") or 0)
+
     def processor(self) -> str | None:
         """The build machine's CPU, as the card names it: "AMD EPYC 7763 (2 cores)"."""
         m = self.machine or {}

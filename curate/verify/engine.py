@@ -222,6 +222,7 @@ class Verifier:
         # in more process pairs
         self.threshold = float(threshold) if threshold else None
         self.retime_pairs = RETIME_PAIRS if device == "cpu" and self.threshold else 0
+        self.retimed = 0   # rows that took the median of several process pairs
         self.pools: dict[str, WorkerPool] = {}
         self.tmp: Path | None = None
         self.stats = Counter()
@@ -604,6 +605,8 @@ class Verifier:
         for k, v in mid.items():
             setattr(res, k, v)
         res.notes["pairs"] = pairs
+        with self._lock:
+            self.retimed += 1
 
     def _precheck(self, row: dict, backend: str | None, ctx: CheckContext,
                   res: VerifyResult) -> bool:

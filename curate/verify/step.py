@@ -46,7 +46,8 @@ class Verify(Step):
         return {"device": v.device, "statuses": dict(v.stats),
                 "timed_wall_s": round(v.timed_wall_s, 3), "workers_replaced": v.replaced,
                 "workers": v.workers, "trials": v.trials, "sandbox": v.sandbox,
-                "sandbox_probe": v.sandbox_probe, "cpu_threads": v.cpu_threads}
+                "sandbox_probe": v.sandbox_probe, "cpu_threads": v.cpu_threads,
+                "retimed_rows": v.retimed}
 
     def process(self, rows: list[dict]) -> Iterator[tuple[int, Outcome]]:
         for i, res in self.verifier.verify(rows):
