@@ -152,16 +152,15 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
                      "ref_ms": r.ref_ms, "kernel_ms": r.kernel_ms, "trials": r.timed_trials,
                      "seconds": round(r.seconds, 2), "reasons": r.reasons,
                      "notes": {k: r.notes.get(k) for k in _PHASES + (
-                         "peak_gb", "warm_peak_gb", "alone_retry", "patched", "compile_patched",
-                         "kept_gb_compile", "kept_gb_candidate", "kept_gb_judge",
+                         "phases_s", "peak_gb", "warm_peak_gb", "alone_retry", "patched",
+                         "compile_patched", "kept_gb_compile", "kept_gb_candidate", "kept_gb_judge",
                          "kept_gb_release")},
                      "error": (r.error or "")[:300] or None}
                  for k, r in results.items()},
     }
 
 
-_PHASES = ("compile_s", "compile_import_s", "compile_warm_s", "correctness_s", "pair_s",
-           "phases_s")
+_PHASES = ("compile_s", "compile_import_s", "compile_warm_s", "correctness_s", "pair_s")
 
 
 def _phase_medians(results: dict) -> dict:

@@ -557,16 +557,23 @@ class Verifier:
         self._phase("waiting for device memory")
         self._memory.acquire(need_gb)
         try:
-            self._phase("waiting for workers")
-            with self.pools["candidate"].hold(env=self._row_cache(row)) as cw, \
-                    self.pools["judge"].hold() as jw:
+            with self._workers(row) as (cw, jw):
                 plan = self._pair(row, backend, cw, jw, ctx, res)
-                self._phase("ending workers")  # a fresh worker is killed and reaped
             if plan is not None and self._near_threshold(res):
                 self._retime(row, ctx, res, plan)
         finally:
             self._memory.release(need_gb)
         return res
+
+    @contextlib.contextmanager
+    def _workers(self, row: dict):
+        """A fresh candidate worker (with its row's compile caches) and a fresh judge, held
+        for one pair of the row; both are killed and reaped when it ends."""
+        self._phase("waiting for workers")
+        with self.pools["candidate"].hold(env=self._row_cache(row)) as cw, \
+                self.pools["judge"].hold() as jw:
+            yield cw, jw
+            self._phase("ending workers")
 
     def _near_threshold(self, res: VerifyResult) -> bool:
         low = res.speedup_ci_low
@@ -583,9 +590,7 @@ class Verifier:
         for n in range(self.retime_pairs):
             again = VerifyResult()
             rng = random.Random(_seed(self.seed, row_key(row), "retime", n))
-            self._phase("waiting for workers")
-            with self.pools["candidate"].hold(env=self._row_cache(row)) as cw, \
-                    self.pools["judge"].hold() as jw:
+            with self._workers(row) as (cw, jw):
                 if self._load(row, cw, jw, ctx, again):
                     again.status = "verified"
                     self._timing(row, cw, jw, ctx, again, rng, *plan)
@@ -593,7 +598,7 @@ class Verifier:
                                                "keep_idle_gb": self.keep_idle_gb})
                     if self._task_ok(fin, again, "candidate"):
                         self._flags(ctx, fin.value)
-                self._phase("ending workers")
+            res.timed_wall_s += again.timed_wall_s
             if self._fatal(ctx, res):
                 return
             if again.status != "verified" or again.speedup is None:

@@ -176,21 +176,31 @@ def _open_cuda_fd(desc: dict, fds: list[int], device: str) -> list:
     return _views(desc, flat, 0 if flat is None else flat.numel(), device)
 
 
+def _item(spec, size: int) -> tuple[torch.dtype, list[int], int, int] | None:
+    """One output's description in `_layout`'s form, checked against `size` bytes: (dtype,
+    shape, offset, bytes), or None for an output that is None."""
+    if not isinstance(spec, dict) or spec.get("kind") == "none":
+        return None
+    dtype = _DTYPES.get(spec.get("dtype"))
+    if dtype is None:
+        raise ValueError(f"unsupported dtype {spec.get('dtype')!r}")
+    shape = [_int(v) for v in spec.get("shape") or []]
+    off, n = _int(spec.get("offset")), _int(spec.get("nbytes"))
+    if min(shape + [0]) < 0 or off < 0 or off + n > size \
+            or n != math.prod(shape) * torch.empty(0, dtype=dtype).element_size():
+        raise ValueError("an output does not match its bytes")
+    return dtype, shape, off, n
+
+
 def _views(desc: dict, flat: torch.Tensor | None, size: int, device: str) -> list:
     """Tensors over `flat` (the bytes of `_layout`), each checked against its description."""
     out = []
     for spec in desc.get("items") or []:
-        if not isinstance(spec, dict) or spec.get("kind") == "none":
+        item = _item(spec, size)
+        if item is None:
             out.append(None)
             continue
-        dtype = _DTYPES.get(spec.get("dtype"))
-        if dtype is None:
-            raise ValueError(f"unsupported dtype {spec.get('dtype')!r}")
-        shape = [_int(v) for v in spec.get("shape") or []]
-        off, n = _int(spec.get("offset")), _int(spec.get("nbytes"))
-        if min(shape + [0]) < 0 or off < 0 or off + n > size \
-                or n != math.prod(shape) * torch.empty(0, dtype=dtype).element_size():
-            raise ValueError("an output does not match its bytes")
+        dtype, shape, off, n = item
         part = flat[off:off + n] if n else torch.empty(0, dtype=torch.uint8, device=device)
         out.append(part.view(dtype).reshape(shape))
     return out
@@ -211,17 +221,11 @@ def _open_memfd(desc: dict, fds: list[int], device: str) -> list:
     try:
         out = []
         for spec in desc.get("items") or []:
-            if not isinstance(spec, dict) or spec.get("kind") == "none":
+            item = _item(spec, size)
+            if item is None:
                 out.append(None)
                 continue
-            dtype = _DTYPES.get(spec.get("dtype"))
-            if dtype is None:
-                raise ValueError(f"unsupported dtype {spec.get('dtype')!r}")
-            shape = [_int(v) for v in spec.get("shape") or []]
-            off, n = _int(spec.get("offset")), _int(spec.get("nbytes"))
-            if min(shape + [0]) < 0 or off < 0 or off + n > size \
-                    or n != math.prod(shape) * torch.empty(0, dtype=dtype).element_size():
-                raise ValueError("an output does not match its bytes")
+            dtype, shape, off, n = item
             dst = torch.empty(n, dtype=torch.uint8, device=device)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # the mapping is read-only, as it should be
