@@ -1,0 +1,294 @@
+"""Every request the parent sends a verify worker and every reply it may get, as dataclasses.
+
+Both sides speak only through `encode` and `decode`: a message is a JSON object whose `kind`
+names its class and whose other keys are exactly that class's fields. `decode` refuses an
+unknown kind, an unknown or missing key, and a value of the wrong type, so a renamed field
+fails loudly instead of silently doing nothing, and the parent can tell a reply that is not the
+protocol's (`ProtocolError`) from one that is.
+
+Shared by both sides of verify: imports only the finding type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+
+from .findings import Finding
+
+Call = list  # [input set index, scale]: one call of a model on one prepared input set
+
+
+class ProtocolError(ValueError):
+    """A message that is not one of this module's, or not well formed."""
+
+
+@dataclass
+class Message:
+    kind: typing.ClassVar[str] = ""
+
+
+# -- requests: parent -> worker ------------------------------------------------------------------
+@dataclass
+class ProbeCuda(Message):
+    """Initialize CUDA and launch a Triton kernel (does this sandbox allow the GPU?)."""
+    kind = "probe_cuda"
+    device: str = "cuda"
+
+
+@dataclass
+class ProbeSend(Message):
+    """Export one known tensor by `transport` (does this way of passing outputs work here?)."""
+    kind = "probe_send"
+    device: str = "cuda"
+    transport: str = "cuda_ipc"
+
+
+@dataclass
+class ProbeReceive(Message):
+    kind = "probe_receive"
+    device: str = "cuda"
+    transport: str = "cuda_ipc"
+    export: dict = field(default_factory=dict)
+
+
+@dataclass
+class Compile(Message):
+    """Import the candidate ahead of its row (builds CUDA extensions and inductor C++ into the
+    row's cache); with `size`, also the reference's sizes from meta tensors. Runs no forward."""
+    kind = "compile"
+    device: str = "cpu"
+    pytorch_code: str = ""
+    kernel_code: str = ""
+    tag: str = "x"
+    extensions_dir: str = ""
+    size: bool = False
+
+
+@dataclass
+class Load(Message):
+    """Start a row's session: `role` candidate (reference module for inputs and parameters,
+    then the candidate) or judge (the reference alone)."""
+    kind = "load"
+    role: str = "candidate"
+    device: str = "cpu"
+    backend: str = ""
+    pytorch_code: str = ""
+    kernel_code: typing.Optional[str] = None
+    seed_init: int = 0
+    seeds: list = field(default_factory=list)
+    poke: int = 0
+    tag: str = "x"
+    gates: bool = True
+    extensions_dir: str = ""
+    keep_idle_gb: typing.Optional[float] = 1.0
+
+
+@dataclass
+class Reference(Message):
+    """Judge: the reference's outputs of `calls`, kept for comparison."""
+    kind = "reference"
+    calls: list = field(default_factory=list)
+
+
+@dataclass
+class Calls(Message):
+    """Run the loaded model on `calls`; the first `check` are watched by the worker's gates.
+    Outputs are kept for `digest` and `fetch` until the next batch."""
+    kind = "calls"
+    calls: list = field(default_factory=list)
+    check: int = 0
+    timed: bool = False
+    keep: bool = True
+
+
+@dataclass
+class Digest(Message):
+    """One integer per call of the last batch, computed over every output byte: the worker
+    commits to outputs before the parent picks which to fetch."""
+    kind = "digest"
+
+
+@dataclass
+class Fetch(Message):
+    """One kept output of the last batch, passed by `transport` for the judge."""
+    kind = "fetch"
+    index: int = 0
+    transport: str = "memfd"
+
+
+@dataclass
+class Compare(Message):
+    """Judge: compare an output passed by the parent with the reference's of the same call."""
+    kind = "compare"
+    call: list = field(default_factory=list)
+    outputs: typing.Optional[dict] = None
+    structure: typing.Optional[str] = None
+    precision: bool = False
+    transport: str = "memfd"
+    digest: typing.Optional[int] = None
+
+
+@dataclass
+class Finish(Message):
+    kind = "finish"
+    keep_idle_gb: typing.Optional[float] = 1.0
+
+
+@dataclass
+class Release(Message):
+    kind = "release"
+
+
+# -- replies: worker -> parent ---------------------------------------------------------------------
+@dataclass
+class Reply(Message):
+    """Fields every reply has: `recycle` asks the pool to replace the worker after the task."""
+    status: str = "ok"
+    reasons: list = field(default_factory=list)
+    error: typing.Optional[str] = None
+    notes: dict = field(default_factory=dict)
+    findings: list = field(default_factory=list)   # list[Finding]
+    recycle: bool = False
+    memory_kept_gb: typing.Optional[float] = None
+
+
+@dataclass
+class Failed(Reply):
+    """The request failed in a way the worker could classify (compile_error, runtime_error, ...)."""
+    kind = "failed"
+    status: str = "runtime_error"
+
+
+@dataclass
+class Probed(Reply):
+    kind = "probed"
+    total_gb: typing.Optional[float] = None
+    export: typing.Optional[dict] = None
+
+
+@dataclass
+class Compiled(Reply):
+    kind = "compiled"
+    seconds: float = 0.0
+    import_s: typing.Optional[float] = None
+    size_gb: typing.Optional[dict] = None
+
+
+@dataclass
+class Loaded(Reply):
+    kind = "loaded"
+    env: dict = field(default_factory=dict)
+
+
+@dataclass
+class Batch(Reply):
+    """What a batch of calls reports. `ms` is evidence only: the parent's clock decides."""
+    kind = "batch"
+    ms: list = field(default_factory=list)
+    structure: typing.Optional[str] = None
+    out_bytes: int = 0
+
+
+@dataclass
+class Digests(Reply):
+    kind = "digests"
+    digests: list = field(default_factory=list)
+
+
+@dataclass
+class Outputs(Reply):
+    kind = "outputs"
+    outputs: typing.Optional[dict] = None
+    structure: typing.Optional[str] = None
+    digest: typing.Optional[int] = None
+
+
+@dataclass
+class Compared(Reply):
+    kind = "compared"
+    ok: bool = False
+
+
+@dataclass
+class Finished(Reply):
+    kind = "finished"
+    env: dict = field(default_factory=dict)
+    comparison: dict = field(default_factory=dict)
+
+
+@dataclass
+class Released(Reply):
+    kind = "released"
+    released: int = 0
+
+
+REQUESTS = (ProbeCuda, ProbeSend, ProbeReceive, Compile, Load, Reference, Calls, Digest, Fetch,
+            Compare, Finish, Release)
+REPLIES = (Failed, Probed, Compiled, Loaded, Batch, Digests, Outputs, Compared, Finished,
+           Released)
+KINDS: dict[str, type] = {c.kind: c for c in REQUESTS + REPLIES}
+assert len(KINDS) == len(REQUESTS) + len(REPLIES), "two messages share a kind"
+
+
+def encode(msg: Message) -> dict:
+    """The JSON object for `msg` (findings as plain objects; `recycle` under the key the
+    isolation pool reads)."""
+    if type(msg).kind not in KINDS or KINDS[type(msg).kind] is not type(msg):
+        raise ProtocolError(f"not a verify message: {type(msg).__name__}")
+    out: dict = {"kind": msg.kind}
+    for f in dataclasses.fields(msg):
+        v = getattr(msg, f.name)
+        if f.name == "findings":
+            v = [x.to_wire() if isinstance(x, Finding) else Finding.from_wire(x).to_wire()
+                 for x in v]
+        if f.name == "recycle":
+            if v:
+                out["_recycle"] = True
+            continue
+        out[f.name] = v
+    return out
+
+
+def decode(data, expect: tuple[type, ...] | None = None) -> Message:
+    """The message in `data`, which must be one of `expect` (any message when None)."""
+    if not isinstance(data, dict):
+        raise ProtocolError(f"a message is a JSON object, not {type(data).__name__}")
+    data = dict(data)
+    kind = data.pop("kind", None)
+    cls = KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ProtocolError(f"unknown message kind {kind!r}"[:200])
+    if expect is not None and cls not in expect:
+        raise ProtocolError(f"{kind} where {'/'.join(c.kind for c in expect)} was expected")
+    if data.pop("_recycle", False):
+        data["recycle"] = True
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - names
+    if unknown:
+        raise ProtocolError(f"{kind}: unknown keys {sorted(unknown)}"[:200])
+    for name, value in data.items():
+        if not _fits(value, hints[name]):
+            raise ProtocolError(f"{kind}.{name}: {type(value).__name__} is not {hints[name]}")
+    if "findings" in data:
+        try:
+            data["findings"] = [Finding.from_wire(x) for x in data["findings"]]
+        except ValueError as exc:
+            raise ProtocolError(f"{kind}.findings: {exc}") from None
+    return cls(**data)
+
+
+def _fits(value, hint) -> bool:
+    origin = typing.get_origin(hint)
+    if origin is typing.Union:
+        return any(_fits(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    base = origin or hint
+    return isinstance(value, base) if isinstance(base, type) else True
