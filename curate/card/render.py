@@ -137,7 +137,7 @@ def verify_settings(f: Facts) -> dict:
             settings[k] = f.pipeline[k]
     # how many workers ran is the machine's business, not the dataset's
     return {k: v for k, v in settings.items() if v is not None and k not in (
-        "workers", "reference_workers", "compile_workers", "cache_dir", "memory_gb")}
+        "workers", "compile_workers", "devices", "cache_dir", "memory_gb")}
 
 
 def tolerances() -> list[tuple[str, float, float, float]]:

@@ -1,11 +1,10 @@
 """verify: re-execute every pair in sandboxed workers and record what happened.
 
-The parent (trusted) schedules three kinds of tasks on three worker pools: `compile` (import
-the candidate ahead of its turn, filling the compile caches), `reference` (run the reference
-program on seeded inputs and hand back its outputs) and `candidate` (run the candidate on the
-same inputs, then time it against the reference in the same process). Candidate code never
-runs in the parent, and reference outputs never exist in a process that imported candidate code:
-the parent compares the two after loading both with `torch.load(weights_only=True)`.
+The parent (this package, trusted) never imports candidate or reference code. Each row gets a
+fresh compile worker, then on its device a fresh candidate worker and a fresh judge (the
+reference alone), all from `curate.verify.worker`, spoken to only through
+`curate.verify.messages`. The judge compares outputs; the parent's own clock decides speed;
+what the candidate's process says is evidence, never a verdict. docs/verify.md has the rules.
 """
 
 from .engine import Verifier, VerifyResult

@@ -17,14 +17,20 @@ from ..report import echo_stage
               "Triton pairs checked under the interpreter, CUDA pairs unsupported.")
 @click.option("--workers", type=int, default=None,
               help="Candidate worker processes (default: by device and CPU count).")
+@click.option("--devices", default=None, metavar="0,1,..",
+              help="GPU indices to verify on, one scheduler each (default: every visible GPU).")
 @click.option("--timeout", type=float, default=120.0, show_default=True,
-              help="Seconds per row and task before the worker is killed.")
+              help="Seconds each phase of a row may take (load, correctness, timing; the row "
+              "as a whole 3x this); a hang anywhere costs at most the row's deadline.")
+@click.option("--compile-timeout", type=float, default=300.0, show_default=True,
+              help="Seconds a C++/CUDA compiler may add to a row's compile phase (untrusted "
+              "Python never runs under this limit).")
 @click.option("--trials", type=int, default=3, show_default=True,
               help="Correctness trials on fresh seeded inputs (the last one rewrites in place).")
 @click.option("--sandbox", type=click.Choice(SANDBOX_MODES), default="auto",
               show_default=True, help="auto: bubblewrap and a uid per worker where the machine "
               "allows (said loudly where not); strict: refuse to run without; off: none.")
-def verify(inp, out, device, workers, timeout, trials, sandbox):
+def verify(inp, out, device, workers, devices, timeout, compile_timeout, trials, sandbox):
     """Re-execute every pair in sandboxed workers and record its status and speedup.
 
     Every row of IN comes out in OUT with status (verified, incorrect, deceptive,
@@ -35,17 +41,24 @@ def verify(inp, out, device, workers, timeout, trials, sandbox):
 
     \b
     Example:
-      curate verify pairs.parquet -o verified.parquet --device cuda --workers 4
+      curate verify pairs.parquet -o verified.parquet --device cuda --devices 0,1
+      curate verify pairs.parquet -o verified.parquet --device cpu --timeout 30
       curate verify pairs.parquet -o verified.parquet --sandbox strict
     """
+    from .config import parse_devices
     from .step import Verify
     if trials < 1:
         raise click.BadParameter("at least 1", param_hint="--trials")
+    try:
+        devices = parse_devices(devices)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--devices") from None
     require_candidates(inp)  # rows without kernel_code: say that synthesis has not run
     from .engine import SandboxUnavailable
     try:
         st = run_single(Verify(device=device, workers=workers, timeout=timeout, trials=trials,
-                               sandbox=sandbox), inp, out)
+                               sandbox=sandbox, devices=devices,
+                               compile_timeout=compile_timeout), inp, out)
     except SandboxUnavailable as exc:
         raise click.UsageError(f"{exc}; use --sandbox auto or off to run anyway") from None
     echo_stage(st, out)

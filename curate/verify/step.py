@@ -7,7 +7,9 @@ from typing import Iterator
 
 from ..pipeline.step import Outcome, Resources, Step
 from ..record import add_reasons
+from .config import parse_devices
 from .engine import Verifier
+from .result import STATUSES
 
 
 class Verify(Step):
@@ -17,19 +19,25 @@ class Verify(Step):
 
     def __init__(self, device: str = "cpu", workers: int | None = None, timeout: float = 120,
                  trials: int = 3, seed: int = 0, time_budget: float | None = None,
-                 reference_workers: int | None = None, compile_workers: int | None = None,
-                 cache_dir: str | None = None, memory_gb: float | None = None,
-                 sandbox: str = "auto", threshold: float | None = None):
+                 compile_workers: int | None = None, compile_timeout: float = 300.0,
+                 devices: str | list | None = None, cache_dir: str | None = None,
+                 memory_gb: float | None = None, sandbox: str = "auto",
+                 threshold: float | None = None):
         if device == "auto":
             from ..pipeline.config import detect_device
             device = detect_device()
+        if isinstance(devices, (str, int)):
+            devices = parse_devices(str(devices))
+        options = {"cache_dir": cache_dir} if cache_dir else {}
         self.verifier = Verifier(device=device, workers=workers, timeout=timeout, trials=trials,
                                  seed=seed, time_budget=time_budget,
-                                 reference_workers=reference_workers,
-                                 compile_workers=compile_workers, cache_dir=cache_dir,
-                                 memory_gb=memory_gb, sandbox=sandbox, threshold=threshold)
+                                 compile_workers=compile_workers, compile_timeout=compile_timeout,
+                                 devices=devices, memory_gb=memory_gb, sandbox=sandbox,
+                                 threshold=threshold, **options)
         self.device = device
-        self.resources = Resources(cpus=os.cpu_count() or 1, gpus=1 if device == "cuda" else 0)
+        ngpus = len(devices) if devices else 1
+        self.resources = Resources(cpus=os.cpu_count() or 1,
+                                   gpus=ngpus if device == "cuda" else 0)
 
     def config(self) -> dict:
         return self.verifier.config()
@@ -43,11 +51,15 @@ class Verify(Step):
     def stats(self) -> dict:
         """Statuses, time spent in timed trials and workers replaced (into stats.json)."""
         v = self.verifier
-        return {"device": v.device, "statuses": dict(v.stats),
+        statuses = {k: n for k, n in v.stats.items() if k in STATUSES}
+        return {"device": v.device, "statuses": statuses,
+                "devices": [d.name for d in v.devices],
+                "rows_per_device": {d.name: d.done for d in v.devices},
                 "timed_wall_s": round(v.timed_wall_s, 3), "workers_replaced": v.replaced,
                 "workers": v.workers, "trials": v.trials, "sandbox": v.sandbox,
-                "sandbox_probe": v.sandbox_probe, "cpu_threads": v.cpu_threads,
-                "retimed_rows": v.retimed}
+                "sandbox_probe": v.sandbox_probe, "transport": v.transport,
+                "cpu_threads": v.cpu_threads, "retimed_rows": v.retimed,
+                "phase_s": {k: round(s, 2) for k, s in sorted(v.phase_s.items())}}
 
     def process(self, rows: list[dict]) -> Iterator[tuple[int, Outcome]]:
         for i, res in self.verifier.verify(rows):

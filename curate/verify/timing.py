@@ -1,57 +1,131 @@
-"""Timing: captured timers, the L2 flush and the bootstrap interval (the timed loop itself is
-curate/verify/calls.py, the same in the judge and the candidate's worker).
+"""How a row is timed and what it is credited: pure functions of numbers (no process, no device).
 
-`capture_timers()` runs in the worker before any candidate code is imported, so a candidate that
-later replaces `time.perf_counter`, `torch.cuda.Event` or `torch.cuda.synchronize` does not
-change what the harness measures with.
+The speed that decides a verdict comes from the parent's own clock. Each round, the parent times
+one batch of the reference (in the judge, trusted) and one of the candidate (in its own worker),
+then asks each side for the digest of the batch's outputs (a commitment to every output byte,
+checked later against the outputs it fetches). Per-call times reported from inside the
+candidate's process are evidence: they may lower the figure, never raise it.
+
+- The judge's batches give the harness's fixed cost per call (batch wall time minus its own
+  event times) and how much that cost moves (`spread`).
+- A candidate's implied per-call time is its batch wall time, plus whatever its digest took
+  beyond the judge's (work left running after it said the batch was done), over the calls, minus
+  the judge's fixed cost. Where that exceeds what it reported beyond noise, each reported sample
+  of that round is scaled up to it (credited); far beyond (`TIMING_SLACK`) the row fails
+  `timing_disagrees`.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-from typing import Callable
+import math
+import statistics
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from .findings import Finding
+
+KEEP_OUTPUT_BYTES = {"cuda": 2 * 2**30, "cpu": 256 * 2**20}  # a timed batch's kept outputs
+BATCH_S = {"cpu": 0.025, "cuda": 0.01}    # a timed batch lasts at least this long (seconds)
+FETCHES = 6                               # timed calls whose outputs the judge checks, per row
+# a reported time this far below the parent's clock is a lie, not noise: the row fails
+TIMING_SLACK = {"cpu": (3.0, 2.0), "cuda": (3.0, 0.5)}   # (x ratio, + ms)
+# digest time of the candidate beyond the judge's that is still noise (share of the judge's):
+# processes differ in speed by a factor of their own, most on a shared CPU
+DIGEST_TOLERANCE = {"cpu": 0.5, "cuda": 0.25}
+SLOW_FACTOR = 10.0   # a candidate 10x slower than the reference is timed with the fewest calls
+
 
 @dataclass
-class Timers:
-    perf_counter: Callable[[], float]
-    cuda_event: Callable | None = None
-    cuda_synchronize: Callable | None = None
-    cuda_elapsed: Callable | None = None
-    cuda_record: Callable | None = None
+class TimingPlan:
+    per_batch: int
+    rounds: int          # the first round warms up and is not counted
 
 
-def capture_timers() -> Timers:
-    t = Timers(perf_counter=time.perf_counter)
-    try:
-        import torch
-        ev = torch.cuda.Event
-        t.cuda_event = ev
-        t.cuda_synchronize = torch.cuda.synchronize
-        t.cuda_elapsed = ev.elapsed_time
-        t.cuda_record = ev.record
-    except Exception:
-        pass
-    return t
+def typical_ms(ms: list) -> float:
+    """A per-call time from correctness calls (the first includes warm-up)."""
+    rest = ms[1:] or ms
+    return statistics.median(rest) if rest else 1.0
 
 
-class L2Flush:
-    """A device buffer of at least twice the L2 size; `run()` reads all of it."""
+def plan(cand_ms: list, ref_ms: list, out_bytes: int, device: str, time_budget: float,
+         min_timed: int, max_timed: int, hold_s: float) -> TimingPlan:
+    """Calls per batch and rounds: batches long enough that their fixed cost is small beside
+    their calls, short enough to hold the device at most `hold_s`, within what a worker may keep
+    of its outputs. A candidate far slower than its reference cannot clear any threshold: it is
+    measured with the fewest calls instead of holding the device."""
+    cand, ref = typical_ms(cand_ms), typical_ms(ref_ms)
+    slower = max(cand, ref, 1e-3) / 1e3
+    keep = KEEP_OUTPUT_BYTES[device]
+    per_batch = max(1, min(256, math.ceil(BATCH_S[device] / slower),
+                           keep // max(out_bytes, 1) if out_bytes else 256,
+                           max(1, int(hold_s / (2 * slower)))))
+    if cand > SLOW_FACTOR * max(ref, 1e-6):
+        return TimingPlan(per_batch=1, rounds=1 + 4)
+    est = (cand + ref) / 1e3 + 2e-4
+    n_total = int(min(max_timed, max(min_timed, time_budget / max(est, 1e-6))))
+    return TimingPlan(per_batch=per_batch,
+                      rounds=1 + max(4, min(64, math.ceil(n_total / per_batch))))
 
-    def __init__(self, device: str = "cuda"):
-        import torch
-        props = torch.cuda.get_device_properties(device)
-        l2 = int(getattr(props, "L2_cache_size", 0) or 50 * 2**20)
-        n = max(2 * l2, 64 * 2**20) // 4
-        self.buf = torch.ones(n, dtype=torch.float32, device=device)
-        self.sink = torch.empty((), dtype=torch.float32, device=device)
 
-    def run(self) -> None:
-        import torch
-        torch.sum(self.buf, dim=0, out=self.sink)
+@dataclass
+class Round:
+    """What the parent saw of one timed round (seconds on its clock; ms as reported)."""
+
+    ref_wall: float
+    ref_ms: list
+    cand_wall: float
+    cand_ms: list
+    ref_digest_s: float = 0.0
+    cand_digest_s: float = 0.0
+
+
+@dataclass
+class Credit:
+    ref_ms: list = field(default_factory=list)      # reference samples (trusted)
+    cand_ms: list = field(default_factory=list)     # candidate samples as credited
+    findings: list = field(default_factory=list)
+    check: dict = field(default_factory=dict)       # the figures behind it (row notes)
+
+
+def credit(rounds: list[Round], device: str) -> Credit:
+    """The samples a row's speed is computed from, after the parent's clock has had its say."""
+    out = Credit()
+    if not rounds:
+        return out
+    over = [(r.ref_wall - sum(r.ref_ms) / 1e3) / max(len(r.ref_ms), 1) for r in rounds]
+    overhead = statistics.median(over)
+    spread = statistics.median([abs(o - overhead) for o in over])
+    tol = DIGEST_TOLERANCE[device]
+    implied, reported, excess_all = [], [], []
+    for r in rounds:
+        n = max(len(r.cand_ms), 1)
+        excess = max(0.0, r.cand_digest_s - r.ref_digest_s * (1 + tol))
+        imp = 1e3 * ((r.cand_wall + excess) / n - overhead)
+        rep = sum(r.cand_ms) / n
+        allow = 1e3 * 4 * spread
+        factor = max(1.0, (imp - allow) / rep) if rep > 0 else 1.0
+        out.cand_ms.extend(ms * factor for ms in r.cand_ms)
+        out.ref_ms.extend(r.ref_ms)
+        implied.append(imp)
+        reported.append(rep)
+        excess_all.append(excess)
+    imp, rep = statistics.median(implied), statistics.median(reported)
+    out.check = {"reported_ms": round(rep, 5), "wall_ms": round(imp, 5),
+                 "overhead_ms": round(1e3 * overhead, 5),
+                 "overhead_spread_ms": round(1e3 * spread, 5),
+                 "after_reply_ms": round(1e3 * statistics.median(excess_all), 5),
+                 "credited_ms": round(float(np.median(out.cand_ms)), 5) if out.cand_ms else None}
+    ratio, extra = TIMING_SLACK[device]
+    if imp > ratio * rep + extra + 4e3 * spread:
+        out.findings.append(Finding("timing_disagrees", "fail",
+                                    detail=f"reported {rep:.4g} ms/call, clock {imp:.4g}"))
+    cand_wall = statistics.median(r.cand_wall for r in rounds)
+    if statistics.median(excess_all) > max(cand_wall, 0.005):
+        out.findings.append(Finding("work_after_reply", "fail",
+                                    detail=f"{1e3 * statistics.median(excess_all):.3g} ms of "
+                                           "digest time beyond the reference's per batch"))
+    return out
 
 
 def speedup_ci(ref_ms: list[float], cand_ms: list[float], *, n_boot: int = 2000,

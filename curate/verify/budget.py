@@ -1,0 +1,65 @@
+"""The time a row may take, phase by phase, all derived from `--timeout` (pure policy).
+
+A row's own work is bounded: each request gets the smaller of its phase's budget and what is
+left of the row's deadline. Time spent waiting for the device, for memory or for a worker slot
+is not the row's own work and never counts (a row's limit counts only its own work). Untrusted
+code never runs under the compiler's limit: the compile phase gets `timeout` for the candidate's
+Python plus, on top, only the seconds a compiler process really ran (observed by the parent from
+/proc), up to `compile_timeout`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PHASES = ("compile", "load", "correctness", "timing", "verdict")
+# the row's deadline, in multiples of --timeout (its phases together may not use more)
+ROW_DEADLINE = 3.0
+# the timing phase keeps the device to itself per batch at most this long, so that a candidate
+# whose calls are slow cannot hold the exclusive gate while every other row waits
+BATCH_HOLD_S = 10.0
+
+
+@dataclass(frozen=True)
+class Budget:
+    timeout: float
+    compile_timeout: float
+
+    def phase(self, name: str) -> float:
+        if name not in PHASES:
+            raise ValueError(f"unknown phase {name!r}")
+        return self.timeout * (0.5 if name == "verdict" else 1.0)
+
+    @property
+    def deadline(self) -> float:
+        return ROW_DEADLINE * self.timeout
+
+    @property
+    def compiler_grace(self) -> float:
+        return self.compile_timeout
+
+
+@dataclass
+class RowClock:
+    """What one row has spent of its deadline (its own requests only)."""
+
+    budget: Budget
+    spent: float = 0.0
+    by_phase: dict = field(default_factory=dict)
+
+    def left(self) -> float:
+        return self.budget.deadline - self.spent
+
+    def limit(self, phase: str) -> float:
+        """The time limit of the next request of `phase`: what is left of the phase's budget,
+        never more than what is left of the row's deadline."""
+        left_in_phase = self.budget.phase(phase) - self.by_phase.get(phase, 0.0)
+        return max(0.0, min(left_in_phase, self.left()))
+
+    def charge(self, phase: str, seconds: float) -> None:
+        self.spent += max(0.0, seconds)
+        self.by_phase[phase] = self.by_phase.get(phase, 0.0) + max(0.0, seconds)
+
+    @property
+    def over(self) -> bool:
+        return self.left() <= 0.0

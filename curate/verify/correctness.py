@@ -1,0 +1,94 @@
+"""A row's correctness phase, driven by the parent: the judge computes the reference's outputs
+of a sequence of calls, the candidate's worker runs the same calls, and every output of the
+candidate goes to the judge (by the transport the parent chose) to be compared."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ..isolation.freeze import cpu_seconds
+from . import messages as msg
+from .findings import Finding
+
+IDLE_CPU = (0.02, 0.10)   # a candidate idle while the judge works: < 20 ms or 10% of it
+SETTLE_S = 0.03           # CPU: the candidate's OpenMP threads spin a few ms after its work
+
+
+def scale(rng) -> float:
+    """A call's input scale: 1 + m / 2**14, m in 1..4096 (exact in float32; never 1)."""
+    return 1.0 + rng.randint(1, 4096) / 2**14
+
+
+def correctness_calls(rng, trials: int) -> list[list]:
+    """A varying number of calls on scaled inputs first (drawn from the run's secret), then
+    every trial set unscaled; the last ones rewrite the same buffers in place: set 0, then set 0
+    with one element poked (a cache keyed by buffer and a few sampled values answers stale)."""
+    calls = [[rng.randrange(trials), scale(rng)] for _ in range(rng.randint(0, 2))]
+    calls += [[k, 1.0] for k in range(trials)]
+    return calls + [[0, 1.0], [trials, 1.0]]
+
+
+def correctness(row, device, cand, judge) -> tuple[list, list, int, bool]:
+    """Returns the candidate's and the reference's per-call times of these calls (to plan the
+    timing from), the candidate's output size, and whether the row is to be timed."""
+    cfg = row.cfg
+    calls = correctness_calls(row.rng, cfg.trials)
+    with device.gate.shared():
+        ref, _ = judge.ask(msg.Reference(calls=calls), "correctness", (msg.Batch,))
+        run, _ = cand.ask(msg.Calls(calls=calls, check=len(calls), keep=True), "correctness",
+                          (msg.Batch,))
+    row.res.notes["correctness_s"] = round(cand.last_wall, 3)
+    first_unscaled = next(i for i, c in enumerate(calls) if c == [0, 1.0])
+    timed = cfg.device == "cuda" or row.backend == "cpp"
+    idle = None if timed else {"cpu_s": 0.0, "wall_s": 0.0}
+    for i, call in enumerate(calls):
+        if not judge_call(row, device, cand, judge, i, call, precision=i == first_unscaled,
+                          idle=idle, phase="correctness"):
+            break
+    if idle is not None:
+        row.res.notes["idle_cpu_s"] = round(idle["cpu_s"], 4)
+        if idle["cpu_s"] > max(IDLE_CPU[0], IDLE_CPU[1] * idle["wall_s"]):
+            cand.take([Finding("work_outside_call", "fail")])
+    ok = row.res.status != "incorrect"
+    return list(run.ms), list(ref.ms), int(run.out_bytes), timed and ok
+
+
+def judge_call(row, device, cand, judge, index: int, call: list, *, precision: bool = False,
+               idle: dict | None = None, digest: int | None = None,
+               phase: str = "correctness") -> bool:
+    """Output `index` of the candidate's last batch, compared by the judge with the reference's
+    output of the same call. False when it differs (the row is then `incorrect`)."""
+    transport = row.run.placement.transport
+    with device.gate.shared():
+        out, fds = cand.ask(msg.Fetch(index=index, transport=transport), phase, (msg.Outputs,),
+                            accept_fds=True)
+    try:
+        if idle is not None and row.cfg.device == "cpu":
+            time.sleep(SETTLE_S)
+        cpu0 = cpu_seconds(cand.pid) if idle is not None else None
+        t0 = time.perf_counter()
+        with device.gate.shared():
+            cmp, _ = judge.ask(msg.Compare(call=call, outputs=out.outputs, structure=out.structure,
+                                           precision=precision, transport=transport,
+                                           digest=digest), phase, (msg.Compared,), fds=fds)
+        cpu1 = cpu_seconds(cand.pid) if cpu0 is not None else None
+        if cpu0 is not None and cpu1 is not None:
+            idle["cpu_s"] += max(0.0, cpu1 - cpu0)
+            idle["wall_s"] += time.perf_counter() - t0
+    finally:
+        for fd in fds:
+            _close(fd)
+    if not cmp.ok:
+        row.res.status = "incorrect"
+        if digest is not None:
+            row.res.reason("timed_output_mismatch")
+        return False
+    return True
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass

@@ -1,0 +1,237 @@
+"""One row, in named phases: precheck (the code alone, nothing runs), compile ahead, then on its
+device a fresh candidate worker and a fresh judge: load, correctness, timing, verdict."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import random
+import time
+from collections import Counter
+
+from .. import pyast
+from ..record import row_key
+from . import messages as msg
+from .budget import RowClock
+from .correctness import correctness
+from .result import BACKENDS, VerifyResult, infer_backend
+from .sides import RowOver, Side
+from .timed import timed_rounds
+from .verdict import apply_findings
+
+# A row's device memory, as a multiple of its reference's inputs and outputs (from shapes): the
+# candidate keeps several input and output sets alive for the gates, the judge three outputs
+ROW_MEMORY_FACTOR = 9.0
+
+
+def seed_of(*parts) -> int:
+    h = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(h[:4], "little") & 0x7FFFFFFF
+
+
+def row_memory_gb(size_gb: dict | None) -> float:
+    """Device memory a row reserves, from the reference's shapes (`Compile(size=True)`)."""
+    if not size_gb:
+        return ROW_MEMORY_FACTOR * 0.25
+    io = size_gb.get("inputs", 0) + size_gb.get("outputs", 0)
+    return ROW_MEMORY_FACTOR * (io + (size_gb.get("params", 0) + 0.25) / 1.5)
+
+
+class RowRun:
+    """Verify one row on behalf of `run` (the engine's shared state)."""
+
+    def __init__(self, run, index: int, row: dict, exclusive: bool = False):
+        self.run, self.index, self.cfg = run, index, run.cfg
+        self.backend = row.get("backend") or infer_backend(row.get("kernel_code"))
+        self.row = {**row, "backend": self.backend}
+        self.key = row_key(row)
+        self.exclusive = exclusive
+        self.res = VerifyResult()
+        self.clock = RowClock(run.budget)
+        self.findings: list = []
+        self.spent: Counter = Counter()
+        self._phase: tuple[str, float] | None = None
+        # what the candidate's process can never see: which calls are checked, the scales
+        self.rng = random.Random(f"{run.secret.hex()}:{self.key}")
+
+    # -- the phases ---------------------------------------------------------------------------
+    def verify(self) -> VerifyResult:
+        try:
+            self._precheck()
+            size_gb = self._compile()
+            with self.run.scheduler.place() as device:
+                self.res.device_index = device.index
+                need = device.memory.capacity if self.exclusive else \
+                    device.memory.clamp(row_memory_gb(size_gb))
+                self.phase("waiting for device memory")
+                with device.memory.reserve(need):
+                    self._pairs(device)
+        except RowOver:
+            pass
+        self.phase(None)
+        self.res.notes["phases_s"] = {k: round(v, 3) for k, v in self.spent.items()}
+        self.res.notes["budget_s"] = {k: round(v, 3) for k, v in self.clock.by_phase.items()}
+        return self.res
+
+    def _precheck(self) -> None:
+        """What the parent decides from the code alone (nothing runs)."""
+        ref_code, code, res = self.row.get("pytorch_code"), self.row.get("kernel_code"), self.res
+        if not ref_code:
+            self._end("reference_error", "no_reference")
+        if not code:
+            self._end("unsupported", "no_candidate")
+        try:
+            pyast.parse(ref_code)
+        except SyntaxError as exc:
+            self._end("reference_error", "reference_syntax_error",
+                      error=f"SyntaxError: {exc.msg} (line {exc.lineno})")
+        try:
+            pyast.parse(code)
+        except SyntaxError as exc:
+            self._end("compile_error", "syntax_error", error=f"SyntaxError: {exc.msg} "
+                      f"(line {exc.lineno}): {(exc.text or '').strip()}")
+        if self.backend not in BACKENDS:
+            self._end("unsupported", f"backend:{self.backend or 'unknown'}")
+        if self.cfg.gates and self.cfg.static_gates:
+            self.findings.extend(self.run.static_findings(code, ref_code))
+            if apply_findings(self.findings, res):
+                raise RowOver
+        if self.backend == "cuda" and self.cfg.device == "cpu":
+            self._end("unsupported", "cuda_needs_gpu",
+                      error="a CUDA pair needs a GPU: run verify with --device cuda")
+        if self.backend == "cpp" and self.cfg.device == "cuda":
+            self._end("unsupported", "cpp_needs_cpu",
+                      error="a C++ pair is timed on the CPU: run verify with --device cpu")
+
+    def _compile(self) -> dict | None:
+        """Build ahead in a fresh worker (CUDA extensions, inductor's C++ and Triton kernels) so
+        that device workers do not wait on compilers. Untrusted Python gets the compile phase's
+        budget; a compiler process gets up to `compile_timeout` more."""
+        pool = self.run.compile_pool
+        if pool is None or (self.cfg.device == "cpu" and self.backend == "triton"):
+            return None
+        self.phase("waiting for a compile worker")
+        with pool.hold(env=self.run.row_cache(self.row)) as w:
+            side = self.side(w, "compile")
+            self.phase("compiling ahead")
+            reply, _ = side.ask(msg.Compile(
+                device=self.cfg.device, pytorch_code=self.row["pytorch_code"],
+                kernel_code=self.row["kernel_code"], tag=self.key[:8],
+                extensions_dir=self.run.row_cache(self.row)["TORCH_EXTENSIONS_DIR"],
+                size=self.cfg.device == "cuda"), "compile", (msg.Compiled,),
+                compiler_grace=self.run.budget.compiler_grace)
+        self.res.notes["compile_s"] = round(reply.seconds, 3)
+        if reply.import_s is not None:
+            self.res.notes["compile_import_s"] = reply.import_s
+        if reply.size_gb:
+            self.res.notes["size_gb"] = reply.size_gb
+        return reply.size_gb
+
+    def _pairs(self, device) -> None:
+        """The row's pair of workers; on the CPU near the build's threshold, more pairs."""
+        plan = self._pair(device, first=True)
+        if plan is None or not self._near_threshold():
+            return
+        figures = ("speedup", "speedup_ci_low", "speedup_ci_high", "ref_ms", "kernel_ms")
+        pairs = [{k: getattr(self.res, k) for k in figures}]
+        for _ in range(self.cfg.retime_pairs):
+            self._pair(device, first=False, plan=plan)
+            pairs.append({k: getattr(self.res, k) for k in figures})
+        mid = sorted(pairs, key=lambda p: p["speedup"])[len(pairs) // 2]
+        for k, v in mid.items():
+            setattr(self.res, k, v)
+        self.res.notes["pairs"] = pairs
+        self.run.count("retimed")
+
+    def _pair(self, device, first: bool, plan=None):
+        """A fresh candidate worker and a fresh judge for one pass over the row."""
+        self.phase("waiting for workers")
+        env = {**self.run.row_cache(self.row), **device.env()}
+        with device.pools["candidate"].hold(env=env) as cw, \
+                device.pools["judge"].hold(env=device.env()) as jw:
+            cand, judge = self.side(cw, "candidate"), self.side(jw, "judge")
+            self._load(device, cand, judge)
+            if first:
+                cand_ms, ref_ms, out_bytes, timed = correctness(self, device, cand, judge)
+                plan = (cand_ms, ref_ms, out_bytes) if timed else None
+            if plan is not None and self.res.status != "incorrect":
+                timed_rounds(self, device, cand, judge, *plan)
+            self._finish(device, cand, judge, first)
+            self.phase("ending workers")
+        return plan if self.res.speedup is not None else None
+
+    def _load(self, device, cand: Side, judge: Side) -> None:
+        """Start both workers (fork, CUDA's start-up), load the candidate, then the judge."""
+        for side in (cand, judge):
+            self.phase(f"starting the {side.role} worker")
+            try:
+                side.worker.start()
+            except Exception as exc:  # noqa: BLE001 - the worker could not even start
+                self._end("crashed", f"{side.role}_start_failed", error=str(exc))
+            self.phase(f"{side.role} load")
+            gate = device.gate.shared() if side.role == "judge" else contextlib.nullcontext()
+            with gate:
+                reply, _ = side.ask(self.load_request(side.role), "load", (msg.Loaded,))
+            self.run.remember_env(reply.env)
+
+    def load_request(self, role: str) -> msg.Load:
+        cfg, key = self.cfg, self.key
+        return msg.Load(
+            role=role, device=cfg.device, backend=self.backend,
+            pytorch_code=self.row["pytorch_code"],
+            kernel_code=self.row["kernel_code"] if role == "candidate" else None,
+            seed_init=seed_of(cfg.seed, key, "init"),
+            seeds=[seed_of(cfg.seed, key, "trial", i) for i in range(cfg.trials)],
+            poke=seed_of(cfg.seed, key, "poke"), tag=key[:8], gates=cfg.gates,
+            extensions_dir=self.run.row_cache(self.row)["TORCH_EXTENSIONS_DIR"],
+            keep_idle_gb=cfg.keep_idle_gb)
+
+    def _finish(self, device, cand: Side, judge: Side, first: bool) -> None:
+        """Closing gates in the candidate's worker, then the judge's comparison of the whole
+        row: the verdict."""
+        with device.gate.shared():
+            cand.ask(msg.Finish(keep_idle_gb=self.cfg.keep_idle_gb), "verdict",
+                     (msg.Finished,))
+            done, _ = judge.ask(msg.Finish(keep_idle_gb=self.cfg.keep_idle_gb), "verdict",
+                                (msg.Finished,))
+        if not first:
+            return
+        cmp = done.comparison or {}
+        self.res.max_abs_err, self.res.max_rel_err = cmp.get("max_abs_err"), \
+            cmp.get("max_rel_err")
+        if not cmp.get("ok") or self.res.status == "incorrect":
+            self.res.correct = False
+            apply_findings(self.findings, self.res)
+            if self.res.status != "deceptive":
+                self._end("incorrect", *(cmp.get("reasons") or ["output_mismatch"]),
+                          error=cmp.get("detail"))
+            raise RowOver
+        self.res.correct = True
+        if apply_findings(self.findings, self.res):
+            raise RowOver
+        self.res.status = "verified"
+
+    # -- helpers ------------------------------------------------------------------------------
+    def side(self, worker, role: str) -> Side:
+        return Side(worker, role, self.res, self.clock, self.findings, on_phase=self.phase)
+
+    def _near_threshold(self) -> bool:
+        low, t = self.res.speedup_ci_low, self.cfg.threshold
+        from .config import RETIME_BAND
+        return bool(self.cfg.retime_pairs and self.res.status == "verified" and low
+                    and t / (1 + RETIME_BAND) <= low <= t * (1 + RETIME_BAND))
+
+    def _end(self, status: str, *reasons: str, error: str | None = None) -> None:
+        self.res.end(status, *reasons, error=error)
+        raise RowOver
+
+    def phase(self, what: str | None) -> None:
+        """What this row waits on or runs now (the watchdog names it); the seconds of the
+        phase it leaves go to its `phases_s`."""
+        now = time.monotonic()
+        if self._phase is not None:
+            name, since = self._phase
+            self.spent[name.split(" (")[0]] += now - since
+        self._phase = (what, now) if what is not None else None
+        if what is not None:
+            self.run.inflight.enter(self.index, what)

@@ -1,0 +1,160 @@
+"""Devices and their gates: one `Device` per GPU index (or one for the CPU), each with its own
+worker pools, its own exclusive timing gate and its own memory gate; the scheduler puts a row on
+the least busy device. A row's workers are pinned to its device (CUDA_VISIBLE_DEVICES), so a
+verdict never depends on an implicit device 0, and the unit a device handles is one row in,
+one result out."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ..isolation import WorkerPool
+
+GPU_SHARE = 0.8   # rows enter while their memory estimates fit in this share of the device
+
+
+class DeviceGate:
+    """A readers-writer lock: timed batches hold it alone, every other request that runs on the
+    device holds it shared. Writers go first, so a stream of correctness work cannot starve
+    timing. Waiting here never counts against a request's time limit.
+
+    A shared holder that has run for longer than the writers' patience (a candidate hanging in
+    a call until its timeout) is waited for once, not by every batch after it: writers wait
+    only for holders younger than their patience."""
+
+    def __init__(self, patience: float = 10.0):
+        self.patience = patience
+        self._cond = threading.Condition()
+        self._readers: dict[int, float] = {}   # token -> when it took the gate
+        self._next = 0
+        self._writer = False
+        self._waiting_writers = 0
+
+    @contextlib.contextmanager
+    def shared(self):
+        with self._cond:
+            while self._writer or self._waiting_writers:
+                self._cond.wait()
+            self._next += 1
+            token = self._next
+            self._readers[token] = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._cond:
+                del self._readers[token]
+                self._cond.notify_all()
+
+    def _young_readers(self) -> float | None:
+        """Seconds until the youngest shared holder outlives the patience (None: none left)."""
+        now = time.monotonic()
+        ages = [now - t for t in self._readers.values() if now - t < self.patience]
+        return self.patience - min(ages) if ages else None
+
+    @contextlib.contextmanager
+    def exclusive(self):
+        """Alone on the device, but for shared holders older than the patience (on the CPU
+        they are frozen while the batch runs)."""
+        with self._cond:
+            self._waiting_writers += 1
+            while True:
+                left = self._young_readers()
+                if not self._writer and left is None:
+                    break
+                self._cond.wait(max(0.01, min(1.0, left if left is not None else 1.0)))
+            self._waiting_writers -= 1
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
+class MemoryGate:
+    """A weighted semaphore over device memory (GB): a row waits until its estimate fits beside
+    the rows already running, so that large problems do not run out of memory together."""
+
+    def __init__(self, capacity_gb: float):
+        self.capacity = max(1.0, capacity_gb)
+        self.used = 0.0
+        self._cond = threading.Condition()
+
+    def clamp(self, gb: float) -> float:
+        return min(self.capacity, max(0.0, gb))
+
+    def resize(self, capacity_gb: float) -> None:
+        with self._cond:
+            self.capacity = max(1.0, capacity_gb)
+            self._cond.notify_all()
+
+    def acquire(self, gb: float) -> None:
+        with self._cond:
+            while self.used > 0 and self.used + gb > self.capacity:
+                self._cond.wait()
+            self.used += gb
+
+    def release(self, gb: float) -> None:
+        with self._cond:
+            self.used = max(0.0, self.used - gb)
+            self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def reserve(self, gb: float):
+        self.acquire(gb)
+        try:
+            yield
+        finally:
+            self.release(gb)
+
+
+@dataclass
+class Device:
+    """One GPU (`index`) or the CPU (`index` None), with what schedules work on it."""
+
+    index: int | None
+    gate: DeviceGate = field(default_factory=DeviceGate)
+    memory: MemoryGate = field(default_factory=lambda: MemoryGate(64.0))
+    pools: dict[str, WorkerPool] = field(default_factory=dict)
+    rows: int = 0          # rows placed here and not yet done
+    done: int = 0
+
+    @property
+    def name(self) -> str:
+        return "cpu" if self.index is None else f"cuda:{self.index}"
+
+    def env(self) -> dict[str, str]:
+        """What pins a worker to this device (set before it initializes CUDA)."""
+        return {} if self.index is None else {"CUDA_VISIBLE_DEVICES": str(self.index)}
+
+
+class Scheduler:
+    """Puts each row on the device with the fewest rows in flight."""
+
+    def __init__(self, devices: list[Device]):
+        if not devices:
+            raise ValueError("a scheduler needs at least one device")
+        self.devices = devices
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def place(self):
+        with self._lock:
+            dev = min(self.devices, key=lambda d: (d.rows, d.done))
+            dev.rows += 1
+        try:
+            yield dev
+        finally:
+            with self._lock:
+                dev.rows -= 1
+                dev.done += 1
+
+    def close(self) -> None:
+        for d in self.devices:
+            for p in d.pools.values():
+                p.close()
+            d.pools = {}
