@@ -1,0 +1,164 @@
+"""verify's pure policy, without a process: budgets, the timing plan, what a row is credited,
+verdict rules, typed messages, the scheduler's placement."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from curate.verify import messages as m
+from curate.verify.budget import Budget, RowClock
+from curate.verify.findings import Finding, finding, gate_status
+from curate.verify.result import VerifyResult
+from curate.verify.scheduler import Device, DeviceGate, MemoryGate, Scheduler
+from curate.verify.timing import Round, credit, plan
+from curate.verify.verdict import apply_findings, task_failure
+
+
+# -- budgets ---------------------------------------------------------------------------------
+def test_every_phase_is_bounded_by_timeout_and_the_row_deadline():
+    clock = RowClock(Budget(timeout=10, compile_timeout=300))
+    assert clock.limit("load") == 10
+    clock.charge("load", 4)
+    assert clock.limit("load") == 6          # what is left of the phase
+    clock.charge("correctness", 10)
+    clock.charge("timing", 10)
+    assert clock.limit("verdict") == pytest.approx(5)   # verdict gets half a timeout
+    clock.charge("compile", 5)
+    assert clock.left() == pytest.approx(1) and clock.limit("verdict") == pytest.approx(1)
+    clock.charge("verdict", 2)
+    assert clock.over and clock.limit("load") == 0
+
+
+def test_compile_budget_is_the_timeout_and_the_compiler_gets_its_own_grace():
+    b = Budget(timeout=10, compile_timeout=300)
+    assert b.phase("compile") == 10 and b.compiler_grace == 300
+    with pytest.raises(ValueError):
+        b.phase("warmup")
+
+
+# -- timing plan -----------------------------------------------------------------------------
+def test_plan_holds_the_device_for_a_bounded_time_per_batch():
+    p = plan([500.0, 500.0], [500.0, 500.0], 0, "cuda", 0.5, 20, 1000, hold_s=10.0)
+    assert p.per_batch * 0.5 * 2 <= 10.0
+    assert p.rounds >= 5
+
+
+def test_plan_measures_a_far_slower_candidate_with_the_fewest_calls():
+    p = plan([50.0, 50.0], [1.0, 1.0], 0, "cpu", 1.0, 20, 1000, hold_s=10.0)
+    assert (p.per_batch, p.rounds) == (1, 5)
+
+
+# -- what a row is credited ------------------------------------------------------------------
+def _rounds(cand_true_ms, cand_reported_ms, n=8, digest_extra_s=0.0, overhead_s=0.001):
+    out = []
+    for _ in range(6):
+        out.append(Round(ref_wall=n * (2.0 + 0.0) / 1e3 + overhead_s * n, ref_ms=[2.0] * n,
+                         cand_wall=n * cand_true_ms / 1e3 + overhead_s * n,
+                         cand_ms=[cand_reported_ms] * n, ref_digest_s=0.002,
+                         cand_digest_s=0.002 + digest_extra_s))
+    return out
+
+
+def test_an_honest_report_is_credited_as_reported():
+    got = credit(_rounds(1.0, 1.0), "cuda")
+    assert not got.findings
+    assert max(got.cand_ms) == pytest.approx(1.0)
+
+
+def test_a_report_below_the_parents_clock_is_credited_the_clock():
+    got = credit(_rounds(cand_true_ms=1.0, cand_reported_ms=0.5), "cuda")
+    assert min(got.cand_ms) == pytest.approx(1.0, rel=1e-6)   # refined up, never down
+    assert not got.findings                                   # within the slack: credited
+
+
+def test_a_third_of_the_true_time_beyond_slack_fails_the_row():
+    got = credit(_rounds(cand_true_ms=3.0, cand_reported_ms=0.2), "cuda")
+    assert [f.reason for f in got.findings] == ["timing_disagrees"]
+
+
+def test_work_left_for_after_the_reply_is_credited_to_the_batch():
+    # answers the batch at once, does the work while the parent asks for the digest
+    got = credit(_rounds(cand_true_ms=0.01, cand_reported_ms=0.01, digest_extra_s=0.008),
+                 "cuda")
+    assert min(got.cand_ms) > 0.9   # 8 calls' worth of work (1 ms each) back on the batch
+    assert "work_after_reply" in [f.reason for f in got.findings]
+
+
+# -- verdict rules ---------------------------------------------------------------------------
+def test_deception_outranks_a_broken_check_and_warnings_decide_nothing():
+    res = VerifyResult(status="verified")
+    assert not apply_findings([finding("torch_ops_in_forward")], res)
+    assert res.status == "verified" and res.reasons == ["torch_ops_in_forward"]
+    res = VerifyResult()
+    assert apply_findings([Finding("check_failed:x"), Finding("input_mutated")], res)
+    assert res.status == "deceptive"
+    res = VerifyResult()
+    assert apply_findings([Finding("reference_ignores_inputs")], res)
+    assert res.status == gate_status("reference_ignores_inputs") == "degenerate_reference"
+
+
+def test_pool_failures_map_to_statuses():
+    assert task_failure("timeout", "candidate", seconds=3)[:2] == ("timeout",
+                                                                    ["candidate_timeout"])
+    assert task_failure("crashed", "candidate", exit_code=-11)[:2] == ("crashed",
+                                                                       ["signal:SIGSEGV"])
+    assert task_failure("output_flood", "judge")[0] == "crashed"
+
+
+# -- typed messages --------------------------------------------------------------------------
+def test_messages_round_trip_and_refuse_what_is_not_theirs():
+    reply = m.Batch(ms=[0.5, 0.25], findings=[Finding("input_mutated")], recycle=True)
+    wire = m.encode(reply)
+    assert wire["_recycle"] is True and wire["kind"] == "batch"
+    back = m.decode(wire, (m.Batch,))
+    assert back == reply
+    for bad in ({"kind": "batch", "ms": [], "flags": []},        # a renamed field
+                {"kind": "verdict", "status": "verified"},        # an unknown kind
+                {"kind": "batch", "ms": "fast"},                  # a wrong type
+                {"kind": "batch", "findings": [{"reason": "x", "severity": "ok"}]}):
+        with pytest.raises(m.ProtocolError):
+            m.decode(bad)
+    with pytest.raises(m.ProtocolError):
+        m.decode(m.encode(m.Digests(digests=[1])), (m.Batch,))   # not what was asked for
+
+
+def test_every_request_and_reply_encodes():
+    for cls in m.REQUESTS + m.REPLIES:
+        assert m.decode(m.encode(cls())) == cls()
+
+
+# -- devices and gates -----------------------------------------------------------------------
+def test_scheduler_places_rows_on_the_least_busy_device_and_pins_workers():
+    devs = [Device(index=i) for i in range(3)]
+    s = Scheduler(devs)
+    with s.place() as a, s.place() as b, s.place() as c:
+        assert {a.index, b.index, c.index} == {0, 1, 2}
+        with s.place() as d:
+            assert d.rows == 2
+    assert devs[2].env() == {"CUDA_VISIBLE_DEVICES": "2"}
+    assert Device(index=None).env() == {}
+
+
+def test_memory_gate_admits_rows_while_they_fit():
+    gate = MemoryGate(10.0)
+    gate.acquire(6)
+    got = []
+    t = threading.Thread(target=lambda: (gate.acquire(6), got.append(1)))
+    t.start()
+    time.sleep(0.1)
+    assert not got
+    gate.release(6)
+    t.join(2)
+    assert got == [1]
+
+
+def test_device_gate_writer_waits_only_for_young_readers():
+    gate = DeviceGate(patience=0.2)
+    with gate.shared():
+        t0 = time.monotonic()
+        with gate.exclusive():
+            waited = time.monotonic() - t0
+    assert 0.15 < waited < 2.0
