@@ -93,7 +93,8 @@ def synthesize(rows: list[dict], device: str, sandbox: str = "auto") -> tuple[li
 # -- verify --------------------------------------------------------------------------------------
 def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
                cache_dir: str | None, keep_idle_gb: float | None = 1.0, label: str = "",
-               sandbox: str = "auto", on_row=None, transport: str = "auto") -> dict:
+               sandbox: str = "auto", on_row=None, transport: str = "auto",
+               devices: list[int] | None = None, timeout: float = 120.0) -> dict:
     """`on_row(progress)` after each row: [seconds since start, row, status, seconds per phase]
     so far, so that a run cut at its limit still tells its rows per second and where they
     waited."""
@@ -101,7 +102,8 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
     t0 = time.monotonic()
     results, progress = {}, []
     with Verifier(device=device, workers=workers, seed=seed, cache_dir=cache_dir,
-                  keep_idle_gb=keep_idle_gb, sandbox=sandbox, transport=transport) as v:
+                  keep_idle_gb=keep_idle_gb, sandbox=sandbox, transport=transport,
+                  devices=devices, timeout=timeout) as v:
         t_ready = time.monotonic()
         last = [time.monotonic()]
         stop = threading.Event()
@@ -109,10 +111,11 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
         def watchdog():  # a run that stops finishing rows says where it waits
             while not stop.wait(15):
                 if time.monotonic() - last[0] > 60:
-                    gate = v._memory
+                    gates = ", ".join(f"{d.name} {d.memory.used:.1f}/{d.memory.capacity:.1f} GB"
+                                      for d in v.devices)
                     print(f"{label} watchdog: no row for {time.monotonic() - last[0]:.0f}s, "
-                          f"memory gate {gate.used:.1f}/{gate.capacity:.1f} GB, "
-                          f"recycled={v.recycled}", file=sys.stderr, flush=True)
+                          f"memory gates {gates}; in flight: {v.inflight.summary()}",
+                          file=sys.stderr, flush=True)
                     faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
                     last[0] = time.monotonic()
         threading.Thread(target=watchdog, daemon=True).start()
@@ -124,17 +127,17 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
             if on_row is not None:
                 on_row(progress)
             # one line a row: where a slow run spends its time shows in the log
-            kept = {k[8:]: x for k, x in r.notes.items() if k.startswith("kept_gb_")}
             print(f"{label} +{time.monotonic() - t0:6.1f}s {len(results):3d}/{len(pairs)} "
                   f"{(pairs[i].get('path') or pairs[i]['id'])[:40]:40s} {r.status:14s} "
-                  f"{r.seconds:6.1f}s kept_gb={kept} recycled={v.recycled}"
+                  f"{r.seconds:6.1f}s dev={r.device_index} speedup={r.speedup}"
                   + (f" {r.reasons} {(r.error or '')[:600]!r}" if r.status != "verified" else ""),
                   file=sys.stderr, flush=True)
         stop.set()
-        stats = {"workers": v.workers, "reference_workers": v.ref_workers,
-                 "compile_workers": v.compile_workers, "replaced": v.replaced,
-                 "recycled": v.recycled, "confined": v.confined,
-                 "confine_probe": v.confine_probe,
+        stats = {"workers": v.workers, "compile_workers": v.cfg.compile_workers,
+                 "devices": [d.name for d in v.devices],
+                 "rows_per_device": {d.name: d.done for d in v.devices},
+                 "replaced": v.replaced, "confined": v.confined,
+                 "confine_probe": v.placement.confine_probe,
                  "transport": v.transport, "sandbox": v.sandbox}
     wall = time.monotonic() - t0
     timed = sum(r.timed_wall_s for r in results.values())
@@ -147,20 +150,21 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
         "pool": stats,
         "phase_median_s": _phase_medians(results),
         "phase_total_s": _phase_totals(results),
+        "phase_share": _phase_shares(results),
         "rows": {k: {"status": r.status, "speedup": r.speedup, "ci": [r.speedup_ci_low,
                                                                       r.speedup_ci_high],
                      "ref_ms": r.ref_ms, "kernel_ms": r.kernel_ms, "trials": r.timed_trials,
                      "seconds": round(r.seconds, 2), "reasons": r.reasons,
+                     "device": r.device_index,
                      "notes": {k: r.notes.get(k) for k in _PHASES + (
-                         "phases_s", "peak_gb", "warm_peak_gb", "alone_retry", "patched",
-                         "compile_patched", "kept_gb_compile", "kept_gb_candidate", "kept_gb_judge",
-                         "kept_gb_release")},
+                         "phases_s", "budget_s", "timing_check", "timing", "peak_gb",
+                         "alone_retry", "patched", "size_gb")},
                      "error": (r.error or "")[:300] or None}
                  for k, r in results.items()},
     }
 
 
-_PHASES = ("compile_s", "compile_import_s", "compile_warm_s", "correctness_s", "pair_s")
+_PHASES = ("compile_s", "compile_import_s", "correctness_s")
 
 
 def _phase_medians(results: dict) -> dict:
@@ -181,6 +185,13 @@ def _phase_totals(results: dict) -> dict:
     for r in results.values():
         tot.update(r.notes.get("phases_s") or {})
     return {k: round(v, 1) for k, v in tot.most_common()}
+
+
+def _phase_shares(results: dict) -> dict:
+    """Each phase's share of all the row-seconds of a run (waiting included)."""
+    tot = _phase_totals(results)
+    total = sum(tot.values()) or 1.0
+    return {k: round(v / total, 3) for k, v in tot.items()}
 
 
 def agreement(run1: dict, run2: dict) -> dict:
@@ -334,6 +345,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda if visible)")
     ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--devices", default=None, help="GPU indices, e.g. 0,1 (default: all)")
+    ap.add_argument("--timeout", type=float, default=120.0)
     ap.add_argument("--cache-dir", default=None,
                     help="compile cache (default: a fresh one, so run 1 compiles from cold)")
     ap.add_argument("--serial-only", action="store_true",
@@ -401,9 +414,11 @@ def main(argv=None) -> int:
     report["sandbox_requested"] = args.sandbox
     report["transport_requested"] = args.transport
     save_partial(pairs=len(pairs))
+    from curate.verify.config import parse_devices
+    devices = parse_devices(args.devices)
     run1 = run_verify(pairs, device, args.workers, args.seed, cache_dir, keep, "run1",
                       args.sandbox, on_row=lambda done: save_partial(run1_progress=done),
-                      transport=args.transport)
+                      transport=args.transport, devices=devices, timeout=args.timeout)
     print(f"verify run 1: {len(pairs)} pairs in {run1['wall_s']:.1f}s {run1['statuses']} "
           f"transport={run1['pool']['transport']} recycled={run1['pool']['recycled']} "
           f"phases={run1['phase_median_s']}")
@@ -411,7 +426,8 @@ def main(argv=None) -> int:
     run2 = None
     if args.runs == 2:
         run2 = run_verify(pairs, device, args.workers, args.seed, cache_dir, keep, "run2",
-                          args.sandbox, transport=args.transport)
+                          args.sandbox, transport=args.transport, devices=devices,
+                          timeout=args.timeout)
         print(f"verify run 2: {len(pairs)} pairs in {run2['wall_s']:.1f}s {run2['statuses']} "
               f"recycled={run2['pool']['recycled']}")
         save_partial(run2=run2)
@@ -498,6 +514,11 @@ def print_table(report: dict) -> None:
     w = max(len(a) for a, _ in rows)
     for a, b in rows:
         print(f"  {a:<{w}}  {b:>10}")
+    shares = (report.get("run1") or {}).get("phase_share") or {}
+    if shares:
+        print("  share of row-seconds by phase, run 1 (waiting included):")
+        for k, v in list(shares.items())[:14]:
+            print(f"    {k:<{w - 2}}  {v:>10.3f}")
 
 
 if __name__ == "__main__":
