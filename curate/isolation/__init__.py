@@ -10,6 +10,8 @@ output or sends garbage is killed with its whole process group and replaced; its
 failure result and every other task carries on.
 """
 
-from .pool import Limits, TaskResult, WorkerPool, scrubbed_env
+from .env import scrubbed_env
+from .limits import Limits
+from .pool import TaskResult, WorkerPool
 
 __all__ = ["Limits", "TaskResult", "WorkerPool", "scrubbed_env"]
