@@ -180,16 +180,24 @@ def test_compiler_names_and_the_deadline_that_credits_them():
     now, frozen, compiling = [0.0], [0.0], [True]
     d = Deadline(1.0, frozen=lambda: frozen[0], grace=2.0, observe=lambda: compiling[0],
                  clock=lambda: now[0])
-    for _ in range(10):  # 2.5 s of compiling: 2 s of grace, then the limit runs
+    for _ in range(4):  # one second of compiling: credited
         now[0] += 0.25
-        assert not d.expired() or now[0] > 3.0
-    assert d.compiler_s == 2.0
+        assert not d.expired()
+    assert d.compiler_s == 1.0
+    frozen[0], now[0] = 5.0, 6.0  # frozen while compiling: given back once, as frozen time
+    assert not d.expired() and d.compiler_s == 1.0
     compiling[0] = False
-    frozen[0] = 5.0  # frozen while a compile would have run: given back once
-    now[0] += 5.0
+    now[0] = 6.9
     assert not d.expired()
-    now[0] += 1.0
-    assert d.expired() and d.compiler_s == 2.0
+    now[0] = 7.1
+    assert d.expired() and d.compiler_s == 1.0
+    now[0], compiling[0] = 0.0, True
+    capped = Deadline(1.0, grace=0.5, observe=lambda: True, clock=lambda: now[0])
+    for _ in range(6):  # compiling on and on: 0.5 s of grace, then the limit runs
+        now[0] += 0.25
+        assert not capped.expired()
+    now[0] += 0.25
+    assert capped.expired() and capped.compiler_s == 0.5
 
 
 def _compile_pool(tmp_path):
