@@ -119,14 +119,15 @@ class _Slot:
         With `defer_recycle`, a worker that asks to be replaced lives on until
         `kill_if_pending()` (what it handed out is still in use)."""
         self.ensure_started()
-        self.worker.reset_output()
+        worker = self.worker
+        worker.reset_output()
         limit = self._deadline(timeout, compiler_grace)
-        msg, came = self.worker.exchange(task, limit, fds, accept_fds)
+        msg, came = worker.exchange(task, limit, fds, accept_fds)
         res, recycle = self._result(msg, limit.elapsed(), came)
         res.compiler_s = round(limit.compiler_s, 3)
-        res.output = self.output()[-8000:]
         if res.status not in ("ok", "error"):
-            self.kill()  # replaced on the next task
+            self.kill()  # replaced on the next task; reaped, so its last output has come
+        res.output = worker.output()[-8000:]
         if self.pool.secrets:
             res.output = redact(res.output, self.pool.secrets)
             res.error = redact(res.error, self.pool.secrets)
