@@ -198,6 +198,19 @@ def test_compiler_names_and_the_deadline_that_credits_them():
         assert not capped.expired()
     now[0] += 0.25
     assert capped.expired() and capped.compiler_s == 0.5
+    seen = [True]
+    stalled = Deadline(1.0, grace=10.0, observe=lambda: seen[0], clock=lambda: now[0])
+    now[0] += 0.25
+    assert not stalled.expired()
+    now[0] += 3.0  # the parent did not sample for 3 s; a compiler at both ends: all credited
+    assert not stalled.expired() and stalled.compiler_s == 3.25
+    seen[0] = False
+    late = Deadline(1.0, grace=10.0, observe=lambda: seen[0], clock=lambda: now[0])
+    now[0] += 0.25
+    assert not late.expired()
+    seen[0] = True
+    now[0] += 3.0  # a compiler seen only at the end of a long gap: one sample's worth
+    assert late.expired() and late.compiler_s == 0.25
 
 
 def _compile_pool(tmp_path):

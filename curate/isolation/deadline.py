@@ -85,6 +85,7 @@ class Deadline:
         self._frozen0 = frozen()
         self._last = self._t0
         self._last_frozen = 0.0
+        self._seen = False
         self.compiler_s = 0.0
 
     def elapsed(self) -> float:
@@ -102,7 +103,11 @@ class Deadline:
         if self.compiler_s < self.grace and now - self._last >= SAMPLE_S:
             # a frozen compiler does not compile: those seconds are given back once already
             ran = max(0.0, (now - self._last) - (frozen - self._last_frozen))
-            if ran > 0 and self._observe():
-                self.compiler_s = min(self.grace, self.compiler_s + min(ran, 2 * SAMPLE_S))
-            self._last, self._last_frozen = now, frozen
+            seen = ran > 0 and self._observe()
+            if seen:
+                # seen at both ends: the whole interval (a slow parent loses nothing); seen
+                # first now: one sample's worth, the compiler may have just begun
+                credit = ran if self._seen else min(ran, SAMPLE_S)
+                self.compiler_s = min(self.grace, self.compiler_s + credit)
+            self._last, self._last_frozen, self._seen = now, frozen, seen
         return now - self._t0 - frozen - self.compiler_s > self.timeout
