@@ -1,12 +1,43 @@
 """Task handlers for the isolation tests: each does one hostile or honest thing."""
 
 import os
+import subprocess
 import sys
 import time
+
+SETUP_ENV: dict[str, str] = {}
+
+# template recursion g++ takes seconds over (SIZE=300: a few seconds on one core)
+HEAVY_CPP = """
+#include <cstddef>
+template <std::size_t N, std::size_t M> struct Grid {
+  static constexpr std::size_t value = Grid<N - 1, M>::value + Grid<N, M - 1>::value % 1000003;
+};
+template <std::size_t M> struct Grid<0, M> { static constexpr std::size_t value = M; };
+template <std::size_t N> struct Grid<N, 0> { static constexpr std::size_t value = N; };
+template <> struct Grid<0, 0> { static constexpr std::size_t value = 1; };
+std::size_t answer() { return Grid<SIZE, SIZE>::value; }
+"""
+
+
+def setup():
+    """What the worker's environment held when its setup ran (verify pins the GPU there)."""
+    SETUP_ENV.update(os.environ)
 
 
 def handle(task):
     kind = task["kind"]
+    if kind == "setup_env":
+        return {"env": dict(SETUP_ENV)}
+    if kind == "sleep":
+        time.sleep(task["seconds"])
+        return {"slept": task["seconds"]}
+    if kind == "compile":  # a C++ build, as a CUDA/C++ candidate's load runs one
+        with open("heavy.cpp", "w") as fh:
+            fh.write(HEAVY_CPP)
+        subprocess.run(["g++", "-std=c++17", "-ftemplate-depth=4000", f"-DSIZE={task['size']}",
+                        "-c", "heavy.cpp", "-o", "heavy.o"], check=True)
+        return {"compiled": True}
     if kind == "memfd_out":  # bytes back in a sealed memory file (or, hostile, an open one)
         from curate.isolation import protocol, worker
         data = task["value"].encode()

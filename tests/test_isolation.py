@@ -169,3 +169,109 @@ def test_synth_fork_server_on_the_gpu_leaves_inductor_to_each_worker():
     from curate.verify import engine
     assert "torch._inductor.compile_fx" not in inductor.PRELOAD["cuda"]
     assert set(inductor.PRELOAD["cuda"]) <= set(engine.PRELOAD)
+
+
+def test_compiler_names_and_the_deadline_that_credits_them():
+    """Seconds in which a compiler ran are given back up to the grace, and only while one ran;
+    frozen seconds are given back once, never also as a compiler's."""
+    from curate.isolation.deadline import Deadline, is_compiler
+    assert all(is_compiler(n) for n in ("cc1plus", "x86_64-linux-gnu-g++-12", "nvcc", "ld.gold"))
+    assert not any(is_compiler(n) for n in ("python3", "python", "sleep", "bash"))
+    now, frozen, compiling = [0.0], [0.0], [True]
+    d = Deadline(1.0, frozen=lambda: frozen[0], grace=2.0, observe=lambda: compiling[0],
+                 clock=lambda: now[0])
+    for _ in range(4):  # one second of compiling: credited
+        now[0] += 0.25
+        assert not d.expired()
+    assert d.compiler_s == 1.0
+    frozen[0], now[0] = 5.0, 6.0  # frozen while compiling: given back once, as frozen time
+    assert not d.expired() and d.compiler_s == 1.0
+    compiling[0] = False
+    now[0] = 6.9
+    assert not d.expired()
+    now[0] = 7.1
+    assert d.expired() and d.compiler_s == 1.0
+    now[0], compiling[0] = 0.0, True
+    capped = Deadline(1.0, grace=0.5, observe=lambda: True, clock=lambda: now[0])
+    for _ in range(6):  # compiling on and on: 0.5 s of grace, then the limit runs
+        now[0] += 0.25
+        assert not capped.expired()
+    now[0] += 0.25
+    assert capped.expired() and capped.compiler_s == 0.5
+    seen = [True]
+    stalled = Deadline(1.0, grace=10.0, observe=lambda: seen[0], clock=lambda: now[0])
+    now[0] += 0.25
+    assert not stalled.expired()
+    now[0] += 3.0  # the parent did not sample for 3 s; a compiler at both ends: all credited
+    assert not stalled.expired() and stalled.compiler_s == 3.25
+    seen[0] = False
+    late = Deadline(1.0, grace=10.0, observe=lambda: seen[0], clock=lambda: now[0])
+    now[0] += 0.25
+    assert not late.expired()
+    seen[0] = True
+    now[0] += 3.0  # a compiler seen only at the end of a long gap: one sample's worth
+    assert late.expired() and late.compiler_s == 0.25
+
+
+def _compile_pool(tmp_path):
+    return WorkerPool(HANDLER, workers=1, timeout=30, scratch_root=str(tmp_path))
+
+
+@pytest.mark.skipif(__import__("shutil").which("g++") is None,
+                    reason="needs g++ to run a build longer than the timeout")
+def test_a_compiler_in_the_worker_gets_its_grace_and_nothing_else_does(tmp_path, monkeypatch):
+    """A C++ build beyond the row's timeout finishes within `compiler_grace`, a grace too short
+    for it ends in a timeout, and a task that only sleeps gets no grace at all."""
+    monkeypatch.setenv("PYTHONPATH", os.getcwd())
+    with _compile_pool(tmp_path) as pool:
+        pool.call({"kind": "pid"}, timeout=30)  # started: the interpreter's start is not timed
+        built = pool.call({"kind": "compile", "size": 300}, timeout=1.0, compiler_grace=120)
+        assert built.ok, (built.status, built.error, built.output)
+        assert built.seconds > 1.0 and built.compiler_s > built.seconds - 1.0 - 0.5
+        short = pool.call({"kind": "compile", "size": 300}, timeout=1.0, compiler_grace=0.5)
+        assert short.status == "timeout" and short.compiler_s <= 0.5
+        with pool.hold() as w:
+            slept = w.call({"kind": "hang"}, timeout=1.0, compiler_grace=120)
+        assert slept.status == "timeout" and slept.compiler_s == 0.0 and slept.seconds < 5
+
+
+@pytest.mark.parametrize("fork_server", [None, ["json"]])
+def test_a_holds_env_is_in_the_worker_before_its_setup_runs(tmp_path, monkeypatch, fork_server):
+    """Verify pins a worker to its GPU through `hold(env=...)`: a worker already started for
+    other settings is replaced, so that its setup sees the pin; the next caller without the pin
+    does not inherit it."""
+    monkeypatch.setenv("PYTHONPATH", os.getcwd())
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    pin = {"CUDA_VISIBLE_DEVICES": "3", "TRITON_CACHE_DIR": str(tmp_path / "row-cache")}
+    with WorkerPool(HANDLER, workers=1, timeout=30, setup="tests.isolation_handlers:setup",
+                    scratch_root=str(tmp_path), fork_server=fork_server) as pool:
+        assert "CUDA_VISIBLE_DEVICES" not in pool.call({"kind": "setup_env"}).value["env"]
+        with pool.hold(env=pin) as w:
+            env = w.call({"kind": "setup_env"}).value["env"]
+            assert {k: env.get(k) for k in pin} == pin
+        after = pool.call({"kind": "setup_env"}).value["env"]
+        assert "CUDA_VISIBLE_DEVICES" not in after
+        assert after["TRITON_CACHE_DIR"] != pin["TRITON_CACHE_DIR"]
+
+
+def test_time_spent_frozen_is_given_back(tmp_path, monkeypatch):
+    """A worker stopped while another pair is timed keeps its whole limit for its own work."""
+    import threading
+
+    from curate.isolation.freeze import Freezer
+    monkeypatch.setenv("PYTHONPATH", os.getcwd())
+    freezer = Freezer()
+    with WorkerPool(HANDLER, workers=1, timeout=30, scratch_root=str(tmp_path),
+                    freezer=freezer) as pool:
+        pool.call({"kind": "pid"})
+
+        def freeze():
+            time.sleep(0.2)
+            with freezer.quiet(keep=()):
+                time.sleep(2.0)
+        t = threading.Thread(target=freeze)
+        t.start()
+        res = pool.call({"kind": "sleep", "seconds": 0.5}, timeout=1.0)
+        t.join()
+    assert res.ok, (res.status, res.error)
+    assert res.seconds > 2.0  # longer than its limit, all of the excess frozen

@@ -399,3 +399,25 @@ def test_every_stage_decides_its_sandbox_the_same_way(monkeypatch, caplog):
     assert sandbox.choose("auto", "cuda", ["/s"], "verify", refuse) == (None, "CUDA error 304")
     from curate.verify import engine
     assert engine.SandboxUnavailable is sandbox.SandboxUnavailable  # the old spelling
+
+
+def test_a_compiler_in_a_sandboxed_worker_gets_its_grace(tmp_path):
+    """The parent finds the worker's compiler from outside the sandbox's PID namespace (host
+    pids), and a build without grace still ends at the timeout with its whole uid killed."""
+    import shutil
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++ to run a build longer than the timeout")
+    from curate.isolation.sandbox import uid_pids
+    pool = _sandboxed_pool(tmp_path, uid_block() + 902)
+    try:
+        with pool.hold() as w:
+            assert w.call({"kind": "echo", "value": 1}).ok
+            built = w.call({"kind": "compile", "size": 300}, timeout=1.0, compiler_grace=120)
+            assert built.ok and built.compiler_s > built.seconds - 1.5, built
+        with pool.hold() as w:
+            assert w.call({"kind": "echo", "value": 2}).ok
+            cut = w.call({"kind": "compile", "size": 300}, timeout=1.0)
+            assert cut.status == "timeout" and cut.compiler_s == 0.0, cut
+        assert uid_pids(uid_block() + 902) == []
+    finally:
+        pool.close()

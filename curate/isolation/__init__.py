@@ -8,8 +8,15 @@ Tasks and results travel as length-prefixed JSON over private pipes, so nothing 
 sends can execute code in the parent. A worker that crashes, hangs past its deadline, floods its
 output or sends garbage is killed with its whole process group and replaced; its task gets a
 failure result and every other task carries on.
+
+By layer: env.py (what a worker may see), limits.py (rlimits, network), backend.py (the one door
+through which a worker process or the fork server starts), deadline.py (a task's time limit:
+frozen and compiler seconds given back), pool.py (dispatch and bookkeeping), zygote.py (the fork
+server), worker.py and program.py (inside the worker), sandbox.py, confine.py, freeze.py.
 """
 
-from .pool import Limits, TaskResult, WorkerPool, scrubbed_env
+from .env import scrubbed_env
+from .limits import Limits
+from .pool import TaskResult, WorkerPool
 
 __all__ = ["Limits", "TaskResult", "WorkerPool", "scrubbed_env"]

@@ -66,7 +66,7 @@ def _child(req: dict, fds: list[int], ctrl: socket.socket) -> None:
         os.environ.update(req["env"])
         import tempfile
         tempfile.tempdir = None  # the server's was cached before this child had its TMPDIR
-        from .pool import apply_limits
+        from .limits import apply_limits
         apply_limits(req.get("limits") or {}, req.get("confine"))
         from .worker import serve
         code = serve(task_r, res_w, req["handler"], req.get("setup") or "", fd_sock)
