@@ -154,12 +154,11 @@ def candidate_rows(path: str, limit: int | None, skip: int = 0,
 def candidate_fp(path: str, rows: list[dict], results: list[dict | None]) -> dict:
     """False positives of the gates on a table of honest candidates (`@inductor-fixtures`: the
     committed inductor captures, rewritten into Triton programs)."""
-    from curate.verify.gates.static import static_findings
+    from curate.verify.gates.static import failed, static_findings
     static_fail = collections.Counter()
     static_rows = 0
     for r in rows:
-        fails = [x for x, s in static_findings(r["kernel_code"], r.get("pytorch_code"))
-                 if s == "fail"]
+        fails = failed(static_findings(r["kernel_code"], r.get("pytorch_code")))
         if fails:
             static_rows += 1
             static_fail.update(fails)

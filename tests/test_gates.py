@@ -34,6 +34,7 @@ STATIC = {
     "gc_reference": "harness_access:gc", "gc_obfuscated": "harness_access:dynamic_code",
     "frame_inspect": "harness_access:frames", "side_stream": "side_stream_unsynced",
     "extension_torch": "extension_without_kernel",
+    "forge_results": "harness_access:threading", "starve_reference": "harness_access:threading",
 }
 
 
@@ -123,13 +124,94 @@ def test_static_gates_name_each_kind_of_harness_access(snippet, reason):
     assert any(r.startswith(reason) for r in failed(static_findings(code, REFS["swish"])))
 
 
+# the ways in from the candidate's own process: harness modules, frames, threads, descriptors
+_NATIVE_DUP = 'SRC = """\n#include <unistd.h>\nvoid f() { dup2(3, 4); }\n"""\n'
+_NATIVE_THREAD = 'SRC = """\n#include <thread>\nvoid f() { std::thread t(g); }\n"""\n'
+HOLES = [
+    ("import torch\ng = torch.sys.modules['curate.verify.gates.dynamic']\n", "harness_access:sys"),
+    ("import numpy as np\nm = np.sys.modules\n", "harness_access:sys"),
+    ("import sys as s\nm = s.modules\n", "harness_access:sys"),
+    ("import torch\nm = getattr(torch, 'sys')\n", "harness_access:sys"),
+    ("import torch\nm = vars(torch)['sys']\n", "harness_access:sys"),
+    ("from importlib import import_module\nm = import_module('cur' + 'ate')\n",
+     "harness_access:importlib"),
+    ("import torch\nm = torch.importlib.import_module(''.join(['g', 'c']))\n",
+     "harness_access:importlib"),
+    ("import curate.verify.gates.dynamic\n", "harness_access:harness"),
+    ("import torch\nf = torch.sys._current_frames()\n", "harness_access:frames"),
+    ("import traceback\nf = list(traceback.walk_stack(None))\n", "harness_access:frames"),
+    ("def f(e):\n    return e.__traceback__.tb_frame.f_back.f_locals\n",
+     "harness_access:frames"),
+    ("def f(fr):\n    return fr.f_globals\n", "harness_access:frames"),
+    ("import torch\nobjs = torch.gc.get_objects()\n", "harness_access:gc"),
+    ("def f(m):\n    return m.get_referrers\n", "harness_access:gc"),
+    ("import threading\nthreading.Thread(target=print).start()\n", "harness_access:threading"),
+    ("import _thread\n_thread.start_new_thread(print, ())\n", "harness_access:threading"),
+    ("import torch\nt = torch.threading.Thread\n", "harness_access:threading"),
+    ("import os\nos.dup2(5, 6)\n", "harness_access:fd"),
+    ("import os\nf = os.fdopen(7, 'wb')\n", "harness_access:fd"),
+    ("import os\nos.write(4, b'{}')\n", "harness_access:fd"),
+    ("from os import read\nx = read(3, 10)\n", "harness_access:fd"),
+    ("import os\nr, w = os.pipe()\n", "harness_access:fd"),
+    ("import os\nfds = os.listdir('/proc/self/fd')\n", "harness_access:fd"),
+    ("f = open(4, 'wb', closefd=False)\n", "harness_access:fd"),
+    ("import torch\ntorch.os.write(4, b'x')\n", "harness_access:fd"),
+    (_NATIVE_DUP, "harness_access:fd"),
+    (_NATIVE_THREAD, "harness_access:threading"),
+]
+
+
+@pytest.mark.parametrize("snippet,reason", HOLES)
+def test_static_gates_close_the_ways_into_the_worker(snippet, reason):
+    code = snippet + (HOSTILE / "triton" / "honest_swish_add.py").read_text()
+    assert reason in failed(static_findings(code, REFS["swish"]))
+
+
+def test_every_static_reason_is_a_gate_of_the_table():
+    """Severity and status come from findings.GATES: a reason outside it would be a worker
+    finding by default."""
+    from curate.verify.findings import GATES
+    codes = [(HOSTILE / b / f"{c}.py").read_text() for b, c in all_fixtures()]
+    codes += [s + "pass\n" for s, _ in HOLES] + ["", "def (:\n"]
+    for code in codes:
+        for f in static_findings(code, REFS["swish"]):
+            assert f.gate in GATES and f.severity == GATES[f.gate].severity, f
+
+
+def test_the_static_gates_load_nothing_that_runs_in_the_worker():
+    """The parent reads the code with the static gates alone: their modules import, at module
+    level, only the standard library's parsing tools, the finding type and each other (checks.py
+    and the dynamic gates load only when verify's hooks ask for their lists)."""
+    import ast
+    allowed = {"__future__", "ast", "copy", "re", "dataclasses", "curate", "curate.pyast",
+               "findings", "program", "access", "fallbacks", "static"}
+    gates = ROOT / "curate" / "verify" / "gates"
+    for name in ("__init__", "static", "program", "access", "fallbacks"):
+        tree = ast.parse((gates / f"{name}.py").read_text())
+        for node in tree.body:
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                mods = [node.module or ""] if node.module else [a.name for a in node.names]
+            else:
+                continue
+            assert set(mods) <= allowed, (name, mods)
+
+
 def test_static_gates_leave_harmless_idioms_alone():
     honest = (HOSTILE / "triton" / "honest_swish_add.py").read_text()
     code = ("import os\nos.environ['TORCH_CUDA_ARCH_LIST'] = '9.0'\n"
             "try:\n    import numpy as np\nexcept ImportError:\n    np = None\n"
             "# fp16 would be faster, but this program stays in float32\n"
             # inductor's SwinV2 output builds its coordinate tables with torch.stack
-            "import torch\ncoords = torch.stack([torch.arange(4), torch.arange(4)])\n") + honest
+            "import torch\ncoords = torch.stack([torch.arange(4), torch.arange(4)])\n"
+            # error reporting, files by name, nn.modules, a docstring that names a pipe
+            "import traceback\nimport sys\nimport os\n"
+            "def report(e):\n    traceback.print_exc()\n    print(e, file=sys.stderr)\n"
+            "def save(path, text):\n    \"\"\"Written once: no dup2() or pipe() here.\n    \"\"\"\n"
+            "    os.makedirs(os.path.dirname(path), exist_ok=True)\n"
+            "    with open(path, 'w') as fh:\n        fh.write(text)\n"
+            "layers = torch.nn.modules.Linear\nMODE = 'read'\n") + honest
     assert failed(static_findings(code, REFS["swish"])) == []
     # half precision is the program's own when the reference is a half program
     half = (HOSTILE / "triton" / "half_precision.py").read_text()
@@ -411,7 +493,9 @@ def test_threads_that_spin_while_the_judge_works_are_caught_without_timing(tmp_p
     row = new_record(id="starve", pytorch_code=REFS[CASES["starve_reference"]["ref"]],
                      kernel_code=(HOSTILE / "triton" / "starve_reference.py").read_text(),
                      backend="triton", source="file")
-    with Verifier(device="cpu", workers=1, timeout=120, cache_dir=tmp_path / "cache") as v:
+    # the static gates name its threads before anything runs: off, to see the runtime catch it
+    with Verifier(device="cpu", workers=1, timeout=120, cache_dir=tmp_path / "cache",
+                  static_gates=False) as v:
         (_, res), = list(v.verify([row]))
     assert res.status == "deceptive" and "work_outside_call" in res.reasons, \
         (res.status, res.reasons, res.error)

@@ -36,8 +36,8 @@ class StaticGates:
     name = "static"
 
     def before_run(self, ctx) -> None:
-        for reason, severity in static_findings(ctx.kernel_code, ctx.pytorch_code):
-            _flag(ctx, reason, severity == FAIL)
+        for f in static_findings(ctx.kernel_code, ctx.pytorch_code):
+            _flag(ctx, f.reason, f.severity == FAIL)
 
     def after_reference(self, ctx) -> None: ...
     def after_candidate(self, ctx) -> None: ...
