@@ -12,12 +12,9 @@ import abc
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from ..record import add_reasons
-
-if TYPE_CHECKING:
-    from .ledger import Ledger
 
 
 @dataclass(frozen=True)
@@ -121,9 +118,10 @@ class Source(abc.ABC):
     def config(self) -> dict[str, Any]:
         return {}
 
-    def attach_ledger(self, ledger: "Ledger") -> None:
+    def attach_ledger(self, ledger: Any) -> None:
         """Called before read, for sources that record their rows in the ledger as they
-        finish (scrape), so that a cut run resumes where it stopped."""
+        finish (scrape), so that a cut run resumes where it stopped. `ledger` is the run's
+        pipeline.ledger.Ledger (not imported here: the ledger imports this module)."""
 
     @abc.abstractmethod
     def read(self) -> Iterable[list[Outcome]]:
