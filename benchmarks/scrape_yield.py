@@ -9,6 +9,11 @@ a table and writes JSON with the machine and versions.
     python benchmarks/scrape_yield.py                         # every target found here
     python benchmarks/scrape_yield.py --targets torch-nn --jobs 2
     python benchmarks/scrape_yield.py --targets timm --limit 200
+    python benchmarks/scrape_yield.py --build --device cuda   # what the scraped programs give
+
+--build goes on from the yield to what it is for: `curate build --pipeline
+pipelines/scrape-example.yaml` (torch's own nn.Module classes -> programs -> candidates ->
+dedup -> verify -> keep), and writes the build's stats and its kept pairs to the JSON.
 """
 
 from __future__ import annotations
@@ -119,7 +124,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks/results/scrape_yield.json")
     ap.add_argument("--keep-tables", type=Path, default=None,
                     help="write the scraped tables into this folder (default: a temporary one)")
+    ap.add_argument("--build", action="store_true", help="run the scrape example's build instead")
+    ap.add_argument("--build-dir", type=Path, default=Path(tempfile.gettempdir()) / "curate-scrape-build")
+    ap.add_argument("--device", default=None, help="the build's verify device (default: auto)")
     args = ap.parse_args(argv)
+    if args.build:
+        return scrape_build(args)
     samples = {k: int(v) for k, v in (s.split("=") for s in args.sample)}
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     results = []
@@ -140,6 +150,39 @@ def main(argv=None) -> int:
     print(table(results))
     print(f"wrote {args.out}")
     return 0
+
+
+KEPT_KEYS = ("entry_point", "path", "license", "backend", "status", "speedup", "speedup_ci_low",
+             "speedup_ci_high", "ref_ms", "kernel_ms", "gpu", "torch_version", "triton_version")
+
+
+def scrape_build(args) -> int:
+    """The scrape example built end to end; its stats and kept pairs, as they are at the end."""
+    import shutil
+    import subprocess
+
+    from curate.tableio import read_rows
+    shutil.rmtree(args.build_dir, ignore_errors=True)
+    cmd = [sys.executable, "-m", "curate", "build", "--pipeline",
+           str(REPO / "pipelines" / "scrape-example.yaml"), "--out", str(args.build_dir), "--quiet"]
+    if args.device:
+        cmd += ["--device", args.device]
+    t0 = time.monotonic()
+    rc = subprocess.run(cmd, cwd=REPO).returncode
+    stats_file = args.build_dir / "stats.json"
+    rows = [r for f in sorted((args.build_dir / "data").glob("*.parquet")) for r in read_rows(f)]
+    doc = {"benchmark": "scrape_build", "machine": machine(), "exit_code": rc,
+           "seconds": round(time.monotonic() - t0, 1),
+           "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "stats": json.loads(stats_file.read_text()) if stats_file.is_file() else None,
+           "kept": len(rows), "rows": [{k: r.get(k) for k in KEPT_KEYS} for r in rows]}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    print(f"build exit {rc}, kept {len(rows)} pairs")
+    for r in rows:
+        print(f"  {r.get('entry_point')}: {r.get('speedup')} (low {r.get('speedup_ci_low')})")
+    print(f"wrote {args.out}")
+    return rc
 
 
 def write(args, results: list[dict]) -> None:

@@ -26,12 +26,12 @@ STOP_WITHIN_S = 8.0  # from Ctrl-C to exit, however long a worker pool takes to 
 # name -> (module:attribute, one-line help). The order is the order of the user's work.
 COMMANDS = {
     "ingest": ("curate.sources.cli:ingest", "Read KernelBench folders and pair tables into a table."),
-    "scrape": ("curate.sources.scrape_cli:scrape", "Collect reference programs from repositories."),
+    "scrape": ("curate.sources.scrape.cli:scrape", "Collect reference programs from repositories."),
     "synth": ("curate.synth.cli:synth", "Make candidate kernels (torch.compile, LLMs)."),
     "dedup": ("curate.dedup.cli:dedup", "Drop near duplicates and evaluation-set copies."),
     "verify": ("curate.verify.cli:verify", "Re-execute every pair in isolation; record its status."),
     "select": ("curate.select.cli:select", "Keep the best verified samples of each problem."),
-    "build": ("curate.build_cli:build", "Run the whole pipeline into a build directory."),
+    "build": ("curate.pipeline.cli:build", "Run the whole pipeline into a build directory."),
     "split-infill": ("curate.infill.cli:split_infill", "Cut kernels into prefix/core/suffix rows."),
     "card": ("curate.card.cli:card", "Render the dataset card (README.md) of a build."),
     "push": ("curate.hub.cli:push", "Upload shards and card to the Hugging Face Hub."),

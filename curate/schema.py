@@ -9,7 +9,7 @@ import pyarrow as pa
 import yaml
 
 from .errors import BadInput
-from .resources import data_dir
+from .datadirs import data_dir
 
 SCHEMA_VERSION = 1
 

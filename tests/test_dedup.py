@@ -343,7 +343,7 @@ def test_default_pipeline_step_settings_are_accepted(monkeypatch):
     import yaml
     from curate.dedup import evalsets
     from curate.pipeline import config as pconfig
-    from curate.resources import data_dir
+    from curate.datadirs import data_dir
     monkeypatch.setattr(evalsets, "hub_snapshot", lambda repo_id: None)  # no download in tests
     spec = yaml.safe_load((data_dir("pipelines") / "default.yaml").read_text())
     entry = next(e for e in spec["steps"] if isinstance(e, dict) and "dedup" in e)

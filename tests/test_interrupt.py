@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from curate.build import build
+from curate.pipeline.build import build
 from curate.pipeline.config import load_pipeline
 from curate.pipeline.step import Outcome, Step
 from curate.tableio import write_rows

@@ -84,7 +84,7 @@ class Facts:
     rejected_reasons: list[dict]   # (stage, reason, rows) over rejected.parquet's `reasons` lists
     dropped_by: list[dict]         # (stage, reason, rows): each dropped row once
     decontamination: dict
-    fingerprint: str
+    build_fingerprint: str  # what the card was rendered from (is_current compares it)
     splits_settings: dict | None = None  # splits.json: how the validation split was drawn
     machine: dict | None = None          # machine.json: the build machine's processor
     cpp_build: dict | None = None        # how the C++ kernels are compiled (from kernel_code)
@@ -587,7 +587,7 @@ def _dropped_by(path: Path, stage_reasons: dict[str, set]) -> list[dict]:
             for (s, r), n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
-def fingerprint(build: Path, repo_id: str | None) -> str:
+def build_fingerprint(build: Path, repo_id: str | None) -> str:
     """What the card was rendered from: shard names and sizes, stats, pipeline, repo id."""
     h = hashlib.sha256()
     h.update((repo_id or "").encode())
@@ -633,7 +633,7 @@ def gather(build_dir: str | Path, *, repo_id: str | None = None,
                   infill_rows=_columns(build, "infill") if len(configs) > 1 else {},
                   infill_config=infill_cfg, rejected_total=int(rejected_total),
                   rejected_reasons=rejected_reasons, dropped_by=dropped_by,
-                  decontamination={}, fingerprint=fingerprint(build, repo_id))
+                  decontamination={}, build_fingerprint=build_fingerprint(build, repo_id))
     facts.decontamination = decontamination(stats, pipeline, facts.steps())
     facts.splits_settings = _read_json(build / "splits.json") or None
     facts.machine = _read_json(build / MACHINE) or None

@@ -14,13 +14,13 @@ import inspect
 import os
 import re
 from dataclasses import dataclass
-from urllib.parse import unquote
 from pathlib import Path
+from urllib.parse import unquote
 
 import jinja2
 import yaml
 
-from ..resources import data_dir
+from ..datadirs import data_dir
 from ..schema import columns as schema_columns
 from . import reasons
 from .facts import BACKEND_NAMES, Facts, gather, record_machine
@@ -78,12 +78,12 @@ def card_meta(text: str) -> dict[str, str]:
 
 def is_current(build_dir: str | Path, repo_id: str | None = None) -> bool:
     """Whether <dir>/README.md was rendered from the build as it is now (and for this repo)."""
-    from .facts import fingerprint
+    from .facts import build_fingerprint
     build = Path(build_dir)
     card = build / CARD
     if not card.is_file():
         return False
-    return card_fingerprint(card.read_text()) == fingerprint(build, repo_id)
+    return card_fingerprint(card.read_text()) == build_fingerprint(build, repo_id)
 
 
 def front_matter(f: Facts) -> dict:

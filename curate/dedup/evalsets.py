@@ -91,7 +91,7 @@ def hub_snapshot(repo_id: str) -> Path | None:
     return None
 
 
-def fingerprint(path: Path | None) -> str:
+def files_stamp(path: Path | None) -> str:
     """Cheap identity of an evaluation set (file names, sizes, mtimes) for the step's cache key."""
     if path is None:
         return "missing"

@@ -51,7 +51,7 @@ class Dedup(Step):
     def config(self) -> dict:
         return {"jaccard": self.jaccard, "on": self.on, "index": self.index_url,
                 "sketch": self.sketch.to_json(),
-                "against": {spec: evalsets.fingerprint(p) for spec, p in self._paths.items()}}
+                "against": {spec: evalsets.files_stamp(p) for spec, p in self._paths.items()}}
 
     def setup(self) -> None:
         self._evalsets = [evalsets.load(spec, p) for spec, p in self._paths.items()

@@ -105,7 +105,9 @@ def harness_verify(device: str = "cpu", **options) -> Iterator[Callable[[dict], 
 # A verify callable of its own: a separate CPU process compares Model and ModelNew
 
 _CHECK = textwrap.dedent(r'''
-    import importlib.util, json, os, sys, traceback
+    import json, os, sys, traceback
+
+    from curate.isolation.program import load_program
 
     def say(status, detail=""):
         sys.stdout.write("\n@@VERDICT@@" + json.dumps({"status": status, "detail": detail[-2000:]}) + "\n")
@@ -113,11 +115,8 @@ _CHECK = textwrap.dedent(r'''
         os._exit(0)  # no atexit handler of the candidate gets to speak after the verdict
 
     def load(path, name):
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-        return mod
+        with open(path, encoding="utf-8") as f:
+            return load_program(f.read(), name)
 
     import torch
     try:
@@ -182,8 +181,11 @@ def subprocess_verify(row: dict, *, timeout: float = 300.0) -> dict:
         (d / "reference.py").write_text(row.get("pytorch_code") or "", encoding="utf-8")
         (d / "candidate.py").write_text(row.get("kernel_code") or "", encoding="utf-8")
         (d / "check.py").write_text(_CHECK, encoding="utf-8")
+        pkg_root = str(Path(__file__).resolve().parents[2])  # the check imports curate's loader
         env = scrubbed_env({"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "", "HOME": tmp,
                             "PYTHONDONTWRITEBYTECODE": "1",
+                            "PYTHONPATH": os.pathsep.join(filter(None, [
+                                pkg_root, os.environ.get("PYTHONPATH")])),
                             "TORCHINDUCTOR_CACHE_DIR": os.environ.get(
                                 "TORCHINDUCTOR_CACHE_DIR",
                                 str(Path(tempfile.gettempdir()) / "curate-solvable-inductor"))})

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import yaml
 
+from ..datadirs import data_dir
 from ..errors import BadInput
-from ..resources import data_dir
 from . import registry
 
 DEFAULT_PIPELINE = "default.yaml"

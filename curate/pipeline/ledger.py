@@ -60,14 +60,14 @@ class Ledger:
         self._pending = 0
         self._last_commit = time.monotonic()
 
-    def stage_done(self, idx: int, name: str, fingerprint: str) -> dict | None:
+    def stage_done(self, idx: int, name: str, key: str) -> dict | None:
         row = self.db.execute("SELECT stats FROM stages WHERE idx=? AND name=? AND fingerprint=?",
-                              (idx, name, fingerprint)).fetchone()
+                              (idx, name, key)).fetchone()
         return json.loads(row[0]) if row else None
 
-    def mark_stage(self, idx: int, name: str, fingerprint: str, stats: dict) -> None:
+    def mark_stage(self, idx: int, name: str, key: str, stats: dict) -> None:
         self.db.execute("INSERT OR REPLACE INTO stages VALUES (?, ?, ?, ?, ?)",
-                        (idx, name, fingerprint, json.dumps(stats), time.time()))
+                        (idx, name, key, json.dumps(stats), time.time()))
         self.commit()
 
     def forget_stage(self, idx: int, name: str) -> None:

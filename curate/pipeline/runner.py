@@ -2,7 +2,7 @@
 
 Layout (DESIGN.md): stages/NN-name.parquet per stage, rejected.parquet, ledger.sqlite,
 stats.json. Every stage streams its input in batches; every finished row goes to the ledger at
-once; a stage that finished with the same fingerprint is skipped on the next run, and a stage cut
+once; a stage that finished with the same cache key is skipped on the next run, and a stage cut
 short is redone with its finished rows read back from the ledger instead of recomputed.
 
 A stage cut short (Ctrl-C, SIGTERM, a crash) leaves the rows it finished in the ledger, no stage
@@ -12,6 +12,7 @@ half-written is removed when the stage runs again.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -37,13 +38,15 @@ from .step import Outcome, Source, Step
 log = logging.getLogger("curate")
 
 
-def fingerprint(*parts) -> str:
+def cache_key(*parts) -> str:
+    """A short stable hash of JSON-able parts: the key under which the ledger keeps a stage or a
+    step's answers, so that changed settings or inputs are never answered from old work."""
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def step_id(step: Step) -> str:
     """The ledger's name for a step: its name plus the hash of its settings."""
-    return f"{step.name}@{fingerprint(step.name, step.config())}"
+    return f"{step.name}@{cache_key(step.name, step.config())}"
 
 
 @dataclass
@@ -58,7 +61,8 @@ class StageStats:
     reasons: Counter = field(default_factory=Counter)
     statuses: Counter = field(default_factory=Counter)  # every row out, ledger's included
     skipped: bool = False
-    extra: dict = field(default_factory=dict)  # what the step reports (Step.stats(), if any)
+    extra: dict = field(default_factory=dict)  # what the step reports (Step.stats())
+    resources: dict = field(default_factory=dict)  # what the step declared it needs (Resources)
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
@@ -88,14 +92,12 @@ class Runner:
 
     # -- sources -------------------------------------------------------------------------
     def run_source(self, idx: int, source: Source, out: Path, rejected: Path) -> StageStats:
-        fp = fingerprint(source.name, source.config())
+        fp = cache_key(source.name, source.config())
         done = self._finished(idx, source.name, fp, out, rejected)
         if done:
             return done
         self._begin(idx, source.name, out, rejected)
-        attach = getattr(source, "attach_ledger", None)
-        if callable(attach):  # a source that records its rows as they finish (scrape)
-            attach(self.ledger)
+        source.attach_ledger(self.ledger)
         st = StageStats(source.name)
         t0 = time.monotonic()
         bar = Progress(f"[{idx:02d}] {source.name}", enabled=self.progress)
@@ -117,7 +119,7 @@ class Runner:
                  upstream: str = "") -> StageStats:
         sid = step_id(step)
         total = open_input(inp, require=required_columns())
-        fp = fingerprint(sid, upstream, _file_digest(inp))
+        fp = cache_key(sid, upstream, _file_digest(inp))
         done = self._finished(idx, step.name, fp, out, rejected)
         if done:
             return done
@@ -125,12 +127,10 @@ class Runner:
             log.warning("[%02d] %s: %s has no rows; %s will be an empty table", idx, step.name,
                         inp, out)
         self._begin(idx, step.name, out, rejected)
-        st = StageStats(step.name)
+        st = StageStats(step.name, resources=dataclasses.asdict(step.resources))
         t0 = time.monotonic()
         bar = Progress(f"[{idx:02d}] {step.name}", total, enabled=self.progress)
-        bind = getattr(step, "bind_dir", None)
-        if callable(bind):  # steps that keep files of their own in the build (synth-llm's cache)
-            bind(self.out_dir)
+        step.bind_dir(self.out_dir)
         if total:  # no workers or models for an empty table
             step.setup()
         try:
@@ -153,8 +153,7 @@ class Runner:
     @staticmethod
     def _report(step: Step, st: StageStats) -> dict:
         """What the step reports (Step.stats()), its statuses counted over every row."""
-        report = getattr(step, "stats", None)
-        extra = (report() or {}) if callable(report) else {}
+        extra = dict(step.stats() or {})
         if "statuses" in extra:  # the step saw only the rows it computed in this run
             extra["statuses"] = dict(st.statuses)
         return extra
@@ -163,7 +162,7 @@ class Runner:
         if step.batch_size is None:
             rows = [ensure_id(r) for b in read_batches(inp, require=required_columns()) for r in b]
             keys = [row_key(r) for r in rows]
-            scope = fingerprint(sorted(keys))  # a whole-table step's answer depends on every row
+            scope = cache_key(sorted(keys))  # a whole-table step's answer depends on every row
             yield rows, keys, scope
             return
         for batch in read_batches(inp, step.batch_size):
@@ -201,7 +200,7 @@ class Runner:
         for o in outcomes:
             for r in o.kept:
                 keep_rows.append(ensure_id(r))
-            extra = [(x["row"], x["reasons"]) for x in getattr(o, "also_dropped", None) or []]
+            extra = [(x["row"], x["reasons"]) for x in o.also_dropped]
             for row, reasons in ([(o.dropped, o.reasons)] if o.dropped is not None else []) + extra:
                 d = ensure_id(dict(row))
                 d["stage"] = stage

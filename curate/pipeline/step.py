@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from ..record import add_reasons
@@ -18,7 +19,11 @@ from ..record import add_reasons
 
 @dataclass(frozen=True)
 class Resources:
-    """What a step needs to run (the NeMo Curator model): CPU processes and GPUs."""
+    """What a step needs to run (the NeMo Curator model): CPU processes and GPUs.
+
+    The local runner runs one stage at a time and only records it (stats.json, per stage);
+    executors that place stages side by side (streaming, Ray) schedule by it.
+    """
 
     cpus: int = 1
     gpus: int = 0
@@ -59,7 +64,8 @@ class Step(abc.ABC):
     call, for steps such as dedup whose answer depends on every row), return their settings from
     `config()` (they are part of the cache key), and implement `process`, which returns a list of
     Outcomes aligned with its input or yields `(index, Outcome)` pairs as they finish, so that the
-    runner can record each finished row at once.
+    runner can record each finished row at once. The other methods are optional: the runner
+    calls every one of them, and the defaults do nothing.
     """
 
     name: str = "step"
@@ -75,6 +81,14 @@ class Step(abc.ABC):
 
     def teardown(self) -> None:
         """Release what setup took."""
+
+    def bind_dir(self, out_dir: Path) -> None:
+        """Called before setup with the build directory, for steps that keep files of their
+        own there (synth-llm's response cache)."""
+
+    def stats(self) -> dict[str, Any]:
+        """What the step reports for stats.json after the stage (counts, timings)."""
+        return {}
 
     @abc.abstractmethod
     def process(self, rows: list[dict]) -> list[Outcome] | Iterator[tuple[int, Outcome]]:
@@ -103,6 +117,11 @@ class Source(abc.ABC):
 
     def config(self) -> dict[str, Any]:
         return {}
+
+    def attach_ledger(self, ledger: Any) -> None:
+        """Called before read, for sources that record their rows in the ledger as they
+        finish (scrape), so that a cut run resumes where it stopped. `ledger` is the run's
+        pipeline.ledger.Ledger (not imported here: the ledger imports this module)."""
 
     @abc.abstractmethod
     def read(self) -> Iterable[list[Outcome]]:

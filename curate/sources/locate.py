@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..datadirs import data_dir, repo_root
 from ..errors import BadInput
-from ..resources import data_dir, repo_root
 
 KERNELBENCH_ENV = "CURATE_KERNELBENCH"
 

@@ -22,15 +22,6 @@ import time
 from pathlib import Path
 
 
-def _load(path: str, name: str):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _flat(x):
     import torch
     if isinstance(x, torch.Tensor):
@@ -40,16 +31,19 @@ def _flat(x):
     return [x]
 
 
-def compare(ref_path: str, cand_path: str, device: str, atol: float, rtol: float,
+def compare(ref_code: str, cand_code: str, device: str, atol: float, rtol: float,
             seed: int = 0) -> dict:
+    """Load both programs (files in the working directory, the caller's scratch) and compare
+    their outputs on the reference's inputs."""
     import torch
+
+    from ..isolation.program import load_program
     if os.environ.get("TRITON_INTERPRET") == "1":
         from .interpret import patch_libdevice
         patch_libdevice()
     t0 = time.monotonic()
-    tag = Path(cand_path).stem
-    ref = _load(ref_path, f"curate_check_ref_{tag}")
-    cand = _load(cand_path, f"curate_check_cand_{tag}")
+    ref = load_program(ref_code, f"curate_check_ref_{os.getpid()}")
+    cand = load_program(cand_code, f"curate_check_cand_{os.getpid()}")
     torch.manual_seed(seed)
     init = ref.get_init_inputs()
     torch.manual_seed(seed)
@@ -123,12 +117,8 @@ def handle(task: dict) -> dict:
     """WorkerPool handler: one pair, compared in this (sandboxed) worker."""
     if task.get("not_after") and time.time() > task["not_after"]:
         return {"ok": False, "status": "skipped_deadline"}
-    tag = f"{os.getpid()}_{task.get('index', 0)}"
-    ref_p, cand_p = Path(f"ref_{tag}.py"), Path(f"cand_{tag}.py")
-    ref_p.write_text(task["pytorch_code"])
-    cand_p.write_text(task["kernel_code"])
     try:
-        res = compare(str(ref_p.resolve()), str(cand_p.resolve()), task.get("device", "cpu"),
+        res = compare(task["pytorch_code"], task["kernel_code"], task.get("device", "cpu"),
                       task.get("atol", 1e-2), task.get("rtol", 1e-2))
         res["status"] = "ok" if res["ok"] else "mismatch"
         return res
@@ -187,14 +177,15 @@ def main(argv=None) -> int:
     if a.batch:
         for i, (ref, cand) in enumerate(json.loads(Path(a.batch).read_text())):
             try:
-                res = compare(ref, cand, a.device, a.atol, a.rtol)
+                res = compare(Path(ref).read_text(), Path(cand).read_text(), a.device, a.atol,
+                              a.rtol)
                 res["status"] = "ok" if res["ok"] else "mismatch"
             except Exception as exc:  # noqa: BLE001 - one bad pair costs one result
                 res = {"ok": False, "status": "error", "error": f"{type(exc).__name__}: {exc}"[:2000]}
             res["index"] = i
             print(json.dumps(res), flush=True)
         return 0
-    res = compare(a.ref, a.cand, a.device, a.atol, a.rtol)
+    res = compare(Path(a.ref).read_text(), Path(a.cand).read_text(), a.device, a.atol, a.rtol)
     print(json.dumps(res))
     return 0
 

@@ -44,9 +44,9 @@ def _versions() -> dict:
 
 def default_workers(device: str) -> int:
     """CPU compiles are CPU-bound (half the cores, OpenMP kernels need the rest); on a GPU
-    machine compiles are mostly Python, so use most cores, up to 8: on the 16-core H200 machine
-    the same 60 KernelBench problems took 62.6 s on 8 workers and 115.7 s on 12 (inductor starts
-    its own compile subprocesses in every worker)."""
+    machine compiles are mostly Python, so use most cores, up to 8: more workers were slower,
+    because inductor starts its own compile subprocesses in every worker (the measurement is in
+    benchmarks/results/INDEX.md, "synth workers")."""
     cores = os.cpu_count() or 2
     if device == "cuda":
         return max(1, min(8, cores - 1))

@@ -10,22 +10,20 @@ What is recorded comes from the compiled run itself, never from guesses:
   num_warps, num_stages) and the grid inductor computed for it;
 - on the CPU: the vector ISA macros and flags inductor compiled its C++ kernels with.
 
-Imports only torch (and the standard library), so that it also runs on a GPU machine that has
+Imports only torch, the standard library and curate's program loader, so that it also runs on a GPU machine that has
 none of curate's other dependencies.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
-import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
-_counter = [0]
+from ..isolation.program import load_program
 
 
 def setup() -> None:
@@ -58,17 +56,10 @@ def setup() -> None:
 
 # -- loading the reference -------------------------------------------------------------------
 
-def load_reference(code: str, name: str | None = None):
-    """Import the reference program from a file in the scratch dir (inspect and dynamo want one)."""
-    _counter[0] += 1
-    name = name or f"curate_ref_{os.getpid()}_{_counter[0]}"
-    path = Path(os.getcwd()) / f"{name}.py"
-    path.write_text(code)
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def load_reference(code: str):
+    """Import the reference program from a file in the scratch dir (inspect and dynamo want one);
+    the pid in its name keeps workers that share a directory apart."""
+    return load_program(code, f"curate_ref_{os.getpid()}")
 
 
 def _to(x, device):

@@ -79,8 +79,8 @@ class ScrapeSource(Source):
         self.ledger = ledger
 
     def _step(self) -> str:
-        from ...pipeline.runner import fingerprint
-        return f"scrape@{fingerprint(self.settings.__dict__)}"
+        from ...pipeline.runner import cache_key
+        return f"scrape@{cache_key(self.settings.__dict__)}"
 
     def read(self) -> Iterable[list[Outcome]]:
         deducer = Deducer(self.settings, self.jobs, self.sandbox)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import BadInput
-from ...resources import data_dir
+from ...datadirs import data_dir
 
 REPLY = re.compile(r"""{%-?\s*set\s+reply\s*=\s*["'](\w+)["']\s*-?%}""")
 BUNDLED = {"cuda": "kernelbench_cuda.j2", "triton": "kernelbench_triton.j2"}

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from . import __version__
-from .hub.shards import write_shards
-from .pipeline import config as pconfig
-from .pipeline.runner import Runner, fingerprint, stage_paths, step_id
-from .tableio import TableWriter, clear_leftovers, read_batches
+from .. import __version__
+from ..hub.shards import write_shards
+from ..tableio import TableWriter, clear_leftovers, read_batches
+from . import config as pconfig
+from .runner import Runner, cache_key, stage_paths, step_id
 
 log = logging.getLogger("curate")
 
@@ -34,11 +34,11 @@ def build(spec: dict, out_dir: str | Path, *, progress: bool = True) -> dict:
     try:
         kept, rejected = stage_paths(out, 0, source.name)
         runner.run_source(0, source, kept, rejected)
-        upstream = fingerprint(source.name, source.config())
+        upstream = cache_key(source.name, source.config())
         for i, step in enumerate(steps, start=1):
             nxt, rej = stage_paths(out, i, step.name)
             runner.run_step(i, step, kept, nxt, rej, upstream=upstream)
-            upstream = fingerprint(upstream, step_id(step))
+            upstream = cache_key(upstream, step_id(step))
             kept = nxt
         stages = [stage_paths(out, i, s.name)[1] for i, s in
                   enumerate([source, *steps])]
@@ -61,7 +61,7 @@ def build(spec: dict, out_dir: str | Path, *, progress: bool = True) -> dict:
     tmp = out / ".stats.json.tmp"  # a build cut short never leaves a stats.json half-written
     tmp.write_text(json.dumps(stats, indent=2))
     os.replace(tmp, out / "stats.json")
-    from .card.render import render_card  # the card to review before `curate push`
+    from ..card.render import render_card  # the card to review before `curate push`
     render_card(out)
     return stats
 

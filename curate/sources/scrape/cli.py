@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ..pipeline.single import run_single
-from ..report import echo_stage
+from ...pipeline.single import run_single
+from ...report import echo_stage
 
 
 @click.command("scrape")
@@ -37,7 +37,7 @@ def scrape(paths, out, from_list, jobs, limit, timeout, graph_breaks, sandbox):
       curate scrape @torch-nn -o torch_nn.parquet --limit 50
       curate scrape --from-list repos.txt -o scraped.parquet --jobs 8
     """
-    from .scrape import ScrapeSource
+    from . import ScrapeSource
     source = ScrapeSource(paths, from_list=from_list, jobs=jobs, limit=limit, timeout=timeout,
                           graph_breaks=graph_breaks, sandbox=sandbox)
     st = run_single(source, None, out)

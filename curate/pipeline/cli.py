@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
+from ..cli import FiniteFloat
 from .build import build as run_build
-from .cli import FiniteFloat
-from .pipeline.config import load_pipeline
+from .config import load_pipeline
 
 
 @click.command("build")

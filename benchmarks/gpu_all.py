@@ -1,0 +1,172 @@
+"""Every GPU benchmark in order on one GPU host, each under a time limit of its own.
+
+    PYTHONPATH=. python benchmarks/gpu_all.py --kernelbench KB --out /tmp/gpu-results
+    PYTHONPATH=. python benchmarks/gpu_all.py --only hostile,build --limit-s 300
+
+Each benchmark writes its result as `<name>_<device>.json` (the stable names of
+benchmarks/results/) and its output as `<name>.log` under --out as soon as it ends, so that a run
+cut short keeps what finished; a table (status, seconds, headline figure) is printed at the end
+and written to gpu_all.json. Benchmarks that need KernelBench (--kernelbench, or the
+CURATE_KERNELBENCH environment variable) are skipped without it, and say so. Copy the results
+you keep into benchmarks/results/ and update INDEX.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+@dataclass
+class Bench:
+    name: str
+    args: list[str]             # {out}: the result file, {kb}: KernelBench, {dir}: --out
+    limit_s: int                # default limit; --limit-s overrides every one
+    needs_kb: bool = False
+    headline: str = ""          # dotted paths into the result JSON, comma-separated
+    extra: dict = field(default_factory=dict)
+
+
+BENCHES = [
+    Bench("gpu_tests", ["-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
+                        "--timeout", "240", "--junitxml", "{dir}/gpu_tests.xml", "tests/"], 300),
+    Bench("hostile", ["benchmarks/hostile_table.py", "--device", "cuda", "--out", "{out}"], 300,
+          headline="fixture_counts"),
+    Bench("hostile_mix", ["benchmarks/hostile_table.py", "--mix", "--device", "cuda",
+                          "--kernelbench", "{kb}", "--n", "16", "--pairs-cache",
+                          "{dir}/kb_pairs.jsonl", "--out", "{out}"], 540, needs_kb=True,
+          headline="summary.honest_same_status,summary.honest,summary.hostile_rejected,"
+                   "summary.hostile,summary.mixed_over_solo"),
+    Bench("synth_kernelbench", ["benchmarks/synth_kernelbench.py", "--kb", "{kb}", "--device",
+                                "cuda", "--deadline", "{deadline}", "--table",
+                                "{dir}/kb_candidates.parquet", "--out", "{out}"], 600,
+          needs_kb=True, headline="summary"),
+    Bench("gates_fp", ["benchmarks/hostile_table.py", "--device", "cuda", "--skip-fixtures",
+                       "--candidates", "{dir}/kb_candidates.parquet", "--out", "{out}"], 570,
+          needs_kb=True, headline="candidates.rows,candidates.false_positive_rate"),
+    Bench("verify_throughput", ["benchmarks/verify_throughput.py", "--kernelbench", "{kb}",
+                                "--device", "cuda", "--n", "60", "--serial", "15",
+                                "--deadline", "{deadline}", "--sandbox", "auto",
+                                "--pairs-out", "{dir}/tp_pairs.jsonl", "--out", "{out}"], 600,
+          needs_kb=True, headline="figures"),
+    # the sandbox's cost: the same pairs with the sandbox off (compare with verify_throughput)
+    Bench("verify_throughput_sandbox_off", [
+        "benchmarks/verify_throughput.py", "--kernelbench", "{kb}", "--device", "cuda",
+        "--pairs", "{dir}/tp_pairs.jsonl", "--runs", "1", "--serial", "0", "--sandbox", "off",
+        "--out", "{out}"], 300, needs_kb=True, headline="figures"),
+    Bench("build", ["-m", "curate", "build", "--threshold", "2.0", "--device", "cuda",
+                    "--out", "{dir}/build", "--quiet"], 600,
+          extra={"copy": "build/stats.json"}, headline="kept,seconds"),
+    Bench("llm_replay_build", ["benchmarks/llm_replay.py", "build", "--build-dir",
+                               "{dir}/llm-replay", "--deadline", "{deadline}", "--out", "{out}"],
+          600, headline="kept,verify_statuses"),
+    Bench("llm_replay_verify", ["benchmarks/llm_replay.py", "verify", "--device", "cuda",
+                                "--out", "{out}"], 600, headline="verdicts"),
+    Bench("scrape_build", ["benchmarks/scrape_yield.py", "--build", "--device", "cuda",
+                           "--build-dir", "{dir}/scrape-build", "--out", "{out}"], 600,
+          headline="kept,seconds"),
+]
+
+
+def device_tag() -> str:
+    """'NVIDIA H200' -> 'h200': the machine part of a result's stable name."""
+    try:
+        import torch
+        name = torch.cuda.get_device_name(0)
+    except Exception:  # noqa: BLE001 - no GPU here: the benchmarks will say so themselves
+        return "nogpu"
+    return re.sub(r"[^a-z0-9]+", "-", name.lower().replace("nvidia", "")).strip("-") or "gpu"
+
+
+def headline(result: Path, paths: str) -> str:
+    """The figures a benchmark is read for, from its result JSON."""
+    if not paths or not result.is_file():
+        return ""
+    try:
+        doc = json.loads(result.read_text())
+    except (OSError, json.JSONDecodeError):
+        return "unreadable result"
+    out = []
+    for path in paths.split(","):
+        v = doc
+        for key in path.split("."):
+            v = v.get(key) if isinstance(v, dict) else None
+        out.append(f"{path.split('.')[-1]}={json.dumps(v, default=str)[:120]}")
+    return "; ".join(out)
+
+
+def run_one(b: Bench, out_dir: Path, tag: str, kb: str | None, limit: int) -> dict:
+    result = out_dir / f"{b.name}_{tag}.json"
+    if b.needs_kb and not kb:
+        return {"name": b.name, "status": "skipped: needs --kernelbench", "seconds": 0}
+    deadline = str(max(30, limit - 30))  # the benchmark's own deadline, before the hard limit
+    args = [a.format(out=result, kb=kb, dir=out_dir, deadline=deadline) for a in b.args]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    t0 = time.monotonic()
+    with open(out_dir / f"{b.name}.log", "w") as log:
+        # a session of its own: at the limit, the benchmark goes with every worker it started
+        proc = subprocess.Popen([PY, *args], cwd=ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=limit)
+            status = "ok" if rc == 0 else f"exit {rc}"
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            status = f"cut at {limit}s"
+    if b.extra.get("copy") and (out_dir / b.extra["copy"]).is_file():
+        result.write_text((out_dir / b.extra["copy"]).read_text())
+    return {"name": b.name, "status": status, "seconds": round(time.monotonic() - t0, 1),
+            "result": str(result) if result.is_file() else None,
+            "headline": headline(result, b.headline)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "gpu")
+    ap.add_argument("--only", default=None,
+                    help="comma-separated names, in the order given (default: all): "
+                         + ", ".join(b.name for b in BENCHES))
+    ap.add_argument("--limit-s", type=int, default=None,
+                    help="seconds each benchmark may take (default: each one's own)")
+    ap.add_argument("--kernelbench", default=os.environ.get("CURATE_KERNELBENCH"))
+    ap.add_argument("--device-tag", default=None, help="default: from the GPU's name (h200)")
+    args = ap.parse_args(argv)
+    by_name = {b.name: b for b in BENCHES}
+    names = args.only.split(",") if args.only else list(by_name)
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        ap.error(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(by_name)}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    tag = args.device_tag or device_tag()
+    rows = []
+    for name in names:
+        b = by_name[name]
+        print(f"== {name} ({args.limit_s or b.limit_s}s at most)", flush=True)
+        rows.append(run_one(b, args.out, tag, args.kernelbench, args.limit_s or b.limit_s))
+        print(f"   {rows[-1]['status']} in {rows[-1]['seconds']}s", flush=True)
+        (args.out / "gpu_all.json").write_text(json.dumps(
+            {"device": tag, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+             "runs": rows}, indent=1))
+    w = max(len(r["name"]) for r in rows)
+    print(f"\n{'benchmark':<{w}}  {'status':<28} {'seconds':>8}  headline")
+    for r in rows:
+        print(f"{r['name']:<{w}}  {r['status']:<28} {r['seconds']:>8}  {r.get('headline') or ''}")
+    return 0 if all(r["status"] in ("ok",) or r["status"].startswith("skipped")
+                    for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
