@@ -44,9 +44,12 @@ class CheckContext:
     ref_model: Any = None
     new_model: Any = None
     timers: Any = None
-    # the worker's own input preparation, `prepare(seed) -> (inputs, pristine)`: gates call the
-    # model only on inputs made like the compared and timed calls', so nothing tells them apart
-    prepare: Callable | None = None
+    # the worker's own input preparation (CallRunner.inputs / .pristine): `call_inputs(k, scale)`
+    # writes call (k, scale) into the buffers every call uses and returns them, `pristine(k,
+    # scale)` is a separate copy. Gates call the model only through these, so nothing in the
+    # arguments tells their calls from the compared and timed ones
+    call_inputs: Callable | None = None
+    pristine: Callable | None = None
     ref_outputs: list | None = None             # judge: per call, the reference's outputs
     findings: list[Finding] = field(default_factory=list)
     notes: dict = field(default_factory=dict)
@@ -71,13 +74,14 @@ class CheckContext:
 class CandidateCall:
     """One watched candidate forward."""
 
-    trial: int
-    seed: int
+    trial: int              # index of the call in its batch
+    seed: int               # the call's input set k
     inplace: bool           # inputs rewritten in place into the previous trial's buffers
     inputs: list            # what the candidate was given (may have been mutated by it)
     pristine: list          # an untouched copy of the same inputs
     outputs: list           # flat list of output tensors (on the device)
     structure: str
+    scale: float = 1.0      # the call's scale (inputs of set k times scale)
 
 
 class WorkerCheck:
@@ -95,6 +99,12 @@ class JudgeCheck:
     name = "check"
 
     def after_reference(self, ctx: CheckContext) -> None: ...
+
+
+def setup_checks() -> None:
+    """Once per worker, from the worker's setup(), before any program is loaded: the gates
+    record what code is trusted (by identity: the files loaded now) and hook what they watch."""
+    importlib.import_module("curate.verify.worker.gates").setup()
 
 
 def load_checks(kind: str) -> list:

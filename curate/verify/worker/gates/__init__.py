@@ -3,3 +3,7 @@ judge. `WORKER_CHECKS` / `JUDGE_CHECKS` plug them into the worker (curate/verify
 
 WORKER_CHECKS: list = []
 JUDGE_CHECKS: list = []
+
+
+def setup() -> None:
+    """Called by hooks.setup_checks() from the worker's setup()."""
