@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import is_out_of_memory
 from ..findings import Finding
 
 log = logging.getLogger("curate.verify")
@@ -134,12 +135,8 @@ def run_hook(checks: list, hook: str, ctx: CheckContext, *args) -> None:
             ctx.flag(f"check_failed:{name}", fatal=True, status="runtime_error",
                      detail=f"{hook}: {type(exc).__name__}")
             # a gate that ran out of memory found nothing: the row gets the GPU's alone retry
-            if _out_of_memory(exc):
+            if is_out_of_memory(exc):
                 ctx.flag("out_of_memory")
             ctx.notes.setdefault("check_errors", []).append(
                 f"{name}.{hook}: {type(exc).__name__}: {str(exc)[:300]}")
 
-
-def _out_of_memory(exc: BaseException) -> bool:
-    from ..errors import is_out_of_memory
-    return is_out_of_memory(exc)
