@@ -1,13 +1,19 @@
 """verify: re-execute every pair in sandboxed workers and record what happened.
 
-The parent (trusted) schedules three kinds of tasks on three worker pools: `compile` (import
-the candidate ahead of its turn, filling the compile caches), `reference` (run the reference
-program on seeded inputs and hand back its outputs) and `candidate` (run the candidate on the
-same inputs, then time it against the reference in the same process). Candidate code never
-runs in the parent, and reference outputs never exist in a process that imported candidate code:
-the parent compares the two after loading both with `torch.load(weights_only=True)`.
+The parent (trusted, this package less `worker/`) schedules requests on sandboxed workers
+(curate/verify/worker/, which never imports the parent side): a compile worker imports the
+candidate ahead of its turn, a judge runs the reference alone, and the candidate's worker runs
+the candidate on the same inputs. They speak only through curate/verify/messages.py.
+
+`Verifier` is imported on first use, so that a worker importing `curate.verify.worker` does
+not load the parent's engine.
 """
 
-from .engine import Verifier, VerifyResult
-
 __all__ = ["Verifier", "VerifyResult"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from . import engine
+        return getattr(engine, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

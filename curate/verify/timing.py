@@ -1,57 +1,10 @@
-"""Timing: captured timers, the L2 flush and the bootstrap interval (the timed loop itself is
-curate/verify/calls.py, the same in the judge and the candidate's worker).
-
-`capture_timers()` runs in the worker before any candidate code is imported, so a candidate that
-later replaces `time.perf_counter`, `torch.cuda.Event` or `torch.cuda.synchronize` does not
-change what the harness measures with.
+"""Timing policy in the parent: the speedup and its bootstrap interval, a function of numbers.
+(The worker's timers, L2 flush and timed loop are curate/verify/worker/clock.py and calls.py.)
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-from typing import Callable
-
 import numpy as np
-
-
-@dataclass
-class Timers:
-    perf_counter: Callable[[], float]
-    cuda_event: Callable | None = None
-    cuda_synchronize: Callable | None = None
-    cuda_elapsed: Callable | None = None
-    cuda_record: Callable | None = None
-
-
-def capture_timers() -> Timers:
-    t = Timers(perf_counter=time.perf_counter)
-    try:
-        import torch
-        ev = torch.cuda.Event
-        t.cuda_event = ev
-        t.cuda_synchronize = torch.cuda.synchronize
-        t.cuda_elapsed = ev.elapsed_time
-        t.cuda_record = ev.record
-    except Exception:
-        pass
-    return t
-
-
-class L2Flush:
-    """A device buffer of at least twice the L2 size; `run()` reads all of it."""
-
-    def __init__(self, device: str = "cuda"):
-        import torch
-        props = torch.cuda.get_device_properties(device)
-        l2 = int(getattr(props, "L2_cache_size", 0) or 50 * 2**20)
-        n = max(2 * l2, 64 * 2**20) // 4
-        self.buf = torch.ones(n, dtype=torch.float32, device=device)
-        self.sink = torch.empty((), dtype=torch.float32, device=device)
-
-    def run(self) -> None:
-        import torch
-        torch.sum(self.buf, dim=0, out=self.sink)
 
 
 def speedup_ci(ref_ms: list[float], cand_ms: list[float], *, n_boot: int = 2000,
