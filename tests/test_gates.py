@@ -422,3 +422,72 @@ def test_threads_that_spin_while_the_judge_works_are_caught_without_timing(tmp_p
     assert res.status == "deceptive" and "work_outside_call" in res.reasons, \
         (res.status, res.reasons, res.error)
     assert res.notes["idle_cpu_s"] > 0.02
+
+
+# -- trust by identity ---------------------------------------------------------------------------
+
+_TRUST_SCRIPT = r"""
+import os, sys
+sys.path.insert(0, sys.argv[1])          # a `pip install --target` directory on the path
+import target_dep                        # loaded before setup: trusted by identity
+from curate.verify.worker import gates
+from curate.verify.worker.gates import integrity, state
+from curate.verify.worker.gates.install import install
+gates.setup()
+install()
+os.chdir(sys.argv[2])                    # the worker's scratch
+open("cand.py", "w").write("import sys\ndef peek():\n    return sys._getframe(0)\n")
+sys.path.insert(0, sys.argv[2])
+import cand
+state.STATE.phase = "candidate"
+target_dep.frame()
+ok_dep = not integrity.candidate_violations()
+try:
+    cand.peek()
+except PermissionError:
+    pass
+print(ok_dep, [r for r, _ in integrity.candidate_violations()])
+"""
+
+
+def test_trusted_code_is_what_was_loaded_at_setup_wherever_it_lies(tmp_path):
+    """A dependency outside site-packages (pip install --target on PYTHONPATH) that calls
+    sys._getframe is trusted when it was loaded before setup; the candidate's file is not."""
+    import subprocess
+    import sys
+    target, scratch = tmp_path / "target", tmp_path / "scratch"
+    target.mkdir()
+    scratch.mkdir()
+    (target / "target_dep.py").write_text("import sys\ndef frame():\n    return sys._getframe(0)\n")
+    p = subprocess.run([sys.executable, "-c", _TRUST_SCRIPT, str(target), str(scratch)],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(scratch),
+                            "HOME": str(scratch)})
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split()[0] == "True", p.stdout
+    assert "harness_access:frames" in p.stdout, p.stdout
+
+
+def test_gate_calls_must_answer_like_the_compared_call():
+    """The gates call through the same buffers as every call; a candidate whose answer to the
+    gates' call differs from its answer to the compared call on the same inputs is caught."""
+    from curate.verify.worker.gates.sequence import check_candidate
+
+    class Doubles(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    a, b = [torch.randn(16)], [torch.randn(16)]
+    seen = []
+
+    class Records(Doubles):
+        def forward(self, x):
+            seen.append(x)
+            return super().forward(x)
+
+    model = Records()
+    right = check_candidate(model, a, b, expected_a=[a[0] * 2])
+    assert ("gate_call_mismatch", "fail") not in right
+    assert len({t.data_ptr() for t in seen}) == 1   # one set of buffers for every gate call
+    wrong = check_candidate(Doubles(), a, b, expected_a=[a[0] * 3])
+    assert ("gate_call_mismatch", "fail") in wrong
