@@ -117,7 +117,8 @@ def _calls(s: Session, req: Calls, planned: list[tuple[int, float]]) -> Reply:
 
     s.kept = None  # the previous batch's outputs go before this batch allocates
     batch = s.runner.run(planned, keep=req.keep, after=after)
-    return mark_if_patched(batch_reply(s, batch.ms, batch.outputs))
+    # nothing more before the reply: the parent's clock is running
+    return batch_reply(s, batch.ms, batch.outputs)
 
 
 def fetch(s: Session, req: Fetch) -> Reply:
