@@ -514,13 +514,20 @@ def test_the_worker_side_imports_nothing_of_the_parent():
                     assert name.startswith(allowed), (path.name, name)
 
 
-def test_outputs_pass_between_two_real_workers_in_sealed_memory_files(tmp_path):
+GPU = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("device, way", [("cpu", "memfd"), pytest.param("cuda", "cuda_fd", marks=GPU),
+                                         pytest.param("cuda", "cuda_ipc", marks=GPU),
+                                         pytest.param("cuda", "memfd", marks=GPU)])
+def test_outputs_pass_between_two_real_workers(tmp_path, device, way):
     """The handler served by curate.isolation's workers: the candidate's outputs leave with its
-    reply as sealed memory files, reach the judge with the Compare request, and compare equal
-    with the digest committed to; the same description read as another transport is refused."""
+    reply (sealed memory files, device memory by descriptor or CUDA IPC handles), reach the
+    judge with the Compare request, and compare equal with the digest committed to; the same
+    description read as another transport is refused."""
     from curate.isolation import WorkerPool
-    kw = dict(setup="curate.verify.worker.main:setup", workers=1, timeout=120,
-              env={"CURATE_VERIFY_DEVICE": "cpu"}, scratch_root=str(tmp_path))
+    kw = dict(setup="curate.verify.worker.main:setup", workers=1, timeout=300,
+              env={"CURATE_VERIFY_DEVICE": device}, scratch_root=str(tmp_path))
     handler = "curate.verify.worker.main:handle"
     with WorkerPool(handler, **kw) as cands, WorkerPool(handler, **kw) as judges, \
             cands.hold() as cand, judges.hold() as judge:
@@ -529,23 +536,28 @@ def test_outputs_pass_between_two_real_workers_in_sealed_memory_files(tmp_path):
             assert res.ok, (res.status, res.error, res.output[-2000:])
             return m.decode(res.value, expect=m.REPLIES), res.fds
 
-        load_kw = dict(device="cpu", pytorch_code=REF, seed_init=3, seeds=[11, 12], poke=5,
+        if device == "cuda":
+            assert call(cand, m.ProbeCuda())[0].status == "ok"
+        load_kw = dict(device=device, pytorch_code=REF, seed_init=3, seeds=[11, 12], poke=5,
                        tag="t", gates=False)
         assert isinstance(call(cand, m.Load(role="candidate", kernel_code=HONEST, **load_kw))[0],
                           m.Loaded)
         call(cand, m.Calls(calls=CALLS, check=1))
         committed = call(cand, m.Digest())[0].digests
-        out, fds = call(cand, m.Fetch(index=0, transport="memfd"), accept_fds=True)
+        out, fds = call(cand, m.Fetch(index=0, transport=way), accept_fds=True)
         try:
-            assert out.outputs["transport"] == "memfd" and fds and out.digest == committed[0]
+            assert out.outputs["transport"] == way and out.digest == committed[0]
+            assert bool(fds) == (way != "cuda_ipc")
             assert isinstance(call(judge, m.Load(role="judge", **load_kw))[0], m.Loaded)
             call(judge, m.Reference(calls=CALLS[:1]))
+            assert call(judge, m.Digest())[0].digests == committed[:1]   # the same bits
             base = dict(call=CALLS[0], outputs=out.outputs, structure=out.structure)
             wrong_way = call(judge, m.Compare(transport="inline", **base), fds=fds)[0]
-            got = call(judge, m.Compare(transport="memfd", digest=committed[0], **base),
+            got = call(judge, m.Compare(transport=way, digest=committed[0], **base),
                        fds=fds)[0]
         finally:
             for fd in fds:
                 os.close(fd)
         assert got.ok, got
         assert not wrong_way.ok and "outputs_unreadable" in [f.reason for f in wrong_way.findings]
+        assert isinstance(call(cand, m.Release())[0], m.Released)
