@@ -116,7 +116,7 @@ def remember_harness(modules: dict[str, ModuleType]) -> None:
     """The worker's own modules whose functions a candidate must not replace."""
     _harness_modules.update(modules)
     _harness.update({(n, k): v for n, mod in modules.items() for k, v in list(vars(mod).items())
-                     if callable(v) or k == "TIMERS"})
+                     if callable(v) or k in ("TIMERS", "TIMER_FUNCTIONS")})
 
 
 def tampered_library() -> list[str]:
