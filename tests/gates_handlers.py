@@ -1,5 +1,5 @@
 """Worker-side handler for the gate tests: load a candidate in the sandbox and run the dynamic
-gates on it (the verify harness does the same inside its candidate task)."""
+gates on it (the verify worker does the same inside its candidate session)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ _n = [0]
 
 
 def setup():
-    from curate.verify.gates import dynamic
-    dynamic.install()
+    from curate.verify.worker import gates
+    from curate.verify.worker.gates.install import install
+    gates.setup()   # the trusted code, before any program is loaded
+    install()
 
 
 def _load(code: str, stem: str):
@@ -31,9 +33,12 @@ def _load(code: str, stem: str):
 def handle(task):
     import torch
 
-    from curate.verify.gates import dynamic
+    from curate.verify.worker.gates import integrity
+    from curate.verify.worker.gates.ghost import phase
+    from curate.verify.worker.gates.install import instrument
+    from curate.verify.worker.gates.sequence import check_candidate
     device = task.get("device", "cpu")
-    dynamic.begin_row()
+    integrity.begin_row()
     ref = _load(task["pytorch_code"], "ref")
     torch.manual_seed(0)
     init = ref.get_init_inputs()
@@ -42,24 +47,34 @@ def handle(task):
     for seed in (1, 2):
         torch.manual_seed(seed)
         ins.append([x.to(device) if isinstance(x, torch.Tensor) else x for x in ref.get_inputs()])
-    with torch.no_grad(), dynamic.phase("reference"):
+    with torch.no_grad(), phase("reference"):
         ref_outs = [ref_model(*[x.clone() for x in i]) for i in ins]
-    findings = dynamic.degeneracy_findings(ref_outs, atol=task.get("atol", 1e-4),
-                                           rtol=task.get("rtol", 1e-4), inputs=ins)
+    findings = reference_findings(ref_outs)
     refs_differ = not any(r == "reference_ignores_inputs" for r, _ in findings)
-    with dynamic.phase("candidate"):
+    with phase("candidate"):
         cand = _load(task["kernel_code"], "cand")
         torch.manual_seed(0)
         model = cand.ModelNew(*init).to(device)
-    dynamic.instrument(cand, model)
+    instrument(cand, model)
     try:
-        findings += dynamic.check_candidate(model, ins[0], ins[1], device=device,
-                                            ref_outputs_differ=refs_differ)
+        findings += check_candidate(model, ins[0], ins[1], device=device,
+                                    ref_outputs_differ=refs_differ)
     except Exception as exc:  # noqa: BLE001
         findings.append((f"candidate_raised:{type(exc).__name__}", "error"))
-        findings += dynamic.integrity_findings() + dynamic.candidate_violations()
-    dynamic.restore_integrity()
-    return {"findings": [list(f) for f in findings], "retire_worker": dynamic.tainted()}
+        findings += integrity.integrity_findings() + integrity.candidate_violations()
+    integrity.restore_integrity()
+    return {"findings": [list(f) for f in findings], "retire_worker": integrity.tainted()}
+
+
+def reference_findings(ref_outs: list) -> list[tuple[str, str]]:
+    """The judge's degeneracy check on the reference's outputs, one per call."""
+    from curate.verify.worker.gates.degeneracy import ReferenceDegeneracy
+    from curate.verify.worker.gates.state import flat
+    from curate.verify.worker.hooks import CheckContext
+    ctx = CheckContext(role="judge", device="cpu", backend=None, pytorch_code="",
+                       kernel_code=None, ref_outputs=[flat(o) for o in ref_outs])
+    ReferenceDegeneracy().after_reference(ctx)
+    return [(f.reason, f.severity) for f in ctx.findings]
 
 
 def probe(task):

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from curate.isolation import WorkerPool
-from curate.verify.gates import dynamic
 from curate.verify.gates.static import failed, static_findings
+from curate.verify.worker.gates import ghost, install, integrity, sequence, state
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = ROOT / "tests" / "fixtures" / "hostile"
@@ -374,30 +374,30 @@ def recycled_handle(task):
     """Worker side: the gates' check_candidate on one candidate, the output memory of every
     call recycled from the call before it when task['recycled']."""
     from tests.gates_handlers import _load
-    dynamic.begin_row()
+    integrity.begin_row()
     ref = _load(task["pytorch_code"], "ref")
     ref_model = ref.Model(*ref.get_init_inputs())
     ins = []
     for seed in (1, 2):
         torch.manual_seed(seed)
         ins.append(ref.get_inputs())
-    with dynamic.phase("candidate"):
+    with ghost.phase("candidate"):
         cand = _load(task["kernel_code"], "cand")
         model = cand.ModelNew()
-    dynamic.instrument(cand, model)
+    install.instrument(cand, model)
     mode = None
     if task["recycled"]:
-        with torch.no_grad(), dynamic.phase("candidate"):  # the call before: its output freed
+        with torch.no_grad(), ghost.phase("candidate"):  # the call before: its output freed
             last = model(*[x.clone() for x in ins[0]]).detach().clone()
         mode = _recycling_allocator(last)
         mode.__enter__()
     try:
-        findings = dynamic.check_candidate(model, ins[0], ins[1], device="cpu",
-                                           reference=ref_model)
+        findings = sequence.check_candidate(model, ins[0], ins[1], device="cpu",
+                                            reference=ref_model)
     finally:
         if mode is not None:
             mode.__exit__(None, None, None)
-    dynamic.restore_integrity()
+    integrity.restore_integrity()
     return {"findings": [list(f) for f in findings]}
 
 
@@ -444,13 +444,13 @@ def test_uninitialized_allocations_start_poisoned_in_the_ghost_run():
     """Only what torch.empty* hands out: initialized allocations and results are left alone."""
     x = torch.randn(64, 256)
     try:
-        with torch.no_grad(), dynamic.watch(ghost=True):
+        with torch.no_grad(), ghost.watch(ghost=True):
             fresh = [torch.empty_like(x), torch.empty(64, 256), x.new_empty(64, 256),
                      torch.empty_strided((64, 256), (256, 1))]
             ints = torch.empty(8, dtype=torch.int32)
             zeros, doubled = torch.zeros_like(x), x * 2
     finally:
-        dynamic.STATE.ghost_tensors = {}
+        state.STATE.ghost_tensors = {}
     assert all(torch.isnan(t).all() for t in fresh)
     assert (ints == torch.iinfo(torch.int32).min).all()
     assert not zeros.any() and torch.equal(doubled, x * 2)

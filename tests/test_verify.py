@@ -23,8 +23,6 @@ from click.testing import CliRunner
 from curate.record import row_key
 from curate.tableio import read_rows, write_rows
 from curate.verify import Verifier
-from curate.verify.compare import compare, flatten_outputs
-from curate.verify.lock import DeviceLock
 from curate.verify.timing import speedup_ci
 
 FIX = Path(__file__).parent / "fixtures" / "verify"
@@ -265,32 +263,7 @@ def test_cli_keeps_every_row_and_rejects_bad_input(tmp_path):
     assert res.exit_code != 0
 
 
-# -- the pieces: comparison, intervals, the device lock -----------------------------------------
-def test_compare_checks_shapes_dtypes_nan_and_tolerance():
-    r = torch.randn(8, 8)
-    assert compare([r], [r + 1e-5]).ok
-    assert not compare([r], [r + 1e-2]).ok
-    assert "shape_mismatch" in compare([r], [r[:4]]).reasons
-    assert "dtype_mismatch" in compare([r], [r.double()]).reasons
-    bad = r.clone()
-    bad[0, 0] = float("inf")
-    assert "nan_inf" in compare([r], [bad]).reasons
-    nan_ref = r.clone()
-    nan_ref[1, 1] = float("nan")
-    assert compare([nan_ref], [nan_ref.clone()]).ok  # NaN where the reference has NaN is fine
-    assert compare([r.half()], [(r * (1 + 2e-3)).half()]).ok  # half precision: a wider band
-    assert compare([r], [r * (1 + 3e-4)]).ok  # TF32-sized noise passes in float32
-    assert not compare([r], [r * (1 + 2e-2)]).ok
-    assert not compare([torch.arange(4)], [torch.arange(4) + 1]).ok
-    # a relative-norm bound catches a small bias spread over every element, inside the
-    # elementwise band
-    big = torch.full((10000,), 1.0)
-    c = compare([big], [big * (1 + 5e-3)])
-    assert "output_mismatch" in c.reasons and "relative norm" in c.detail
-    items, struct = flatten_outputs((r, (r, 3)))
-    assert struct == "tuple[2]" and len(items) == 3
-
-
+# -- the pieces: intervals (comparison, transports, digest: tests/test_worker.py) -------------
 def test_speedup_interval_brackets_the_true_ratio():
     rng = np.random.default_rng(1)
     ref = rng.normal(10.0, 0.3, 200)
@@ -320,21 +293,6 @@ def test_speedup_interval_spans_rounds_that_a_drifting_load_moved():
     assert both["speedup_ci_high"] - both["speedup_ci_low"] > \
         2 * (calls["speedup_ci_high"] - calls["speedup_ci_low"])
     assert both["speedup_ci_low"] < 1.95 and both["speedup_ci_high"] > 2.05
-
-
-def test_device_lock_excludes_readers_while_timing(tmp_path):
-    log = tmp_path / "log"
-    reader = (f"import time; from curate.verify.lock import DeviceLock\n"
-              f"with DeviceLock({str(tmp_path)!r}).shared():\n"
-              f"    open({str(log)!r}, 'w').write(str(time.time()))\n")
-    with DeviceLock(tmp_path).exclusive():
-        p = subprocess.Popen([sys.executable, "-c", reader], env={**os.environ,
-                                                                   "PYTHONPATH": str(REPO)})
-        time.sleep(2.0)
-        assert not log.exists()  # the reader waits while a pair is timed
-        t_release = time.time()
-    assert p.wait(30) == 0
-    assert float(log.read_text()) >= t_release
 
 
 # -- GPU: run on a GPU machine with `pytest -m gpu tests/test_verify.py` -------------------------
@@ -402,108 +360,6 @@ def test_triton_libdevice_kernel_verifies_under_the_interpreter(cache_dir):
     assert res.max_abs_err < 1e-5 and res.speedup is None
 
 
-def test_output_descriptions_from_the_candidate_are_checked(tmp_path):
-    """The judge opens only what `transport.send` writes: a forged description is refused
-    before it reaches CUDA, and a view past its storage is refused."""
-    from curate.verify import transport
-    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
-    desc = transport.send([x, None], tmp_path, 0, "files")
-    got = transport.receive(desc, "cpu")
-    assert torch.equal(got[0], x) and got[1] is None
-    good = {"kind": "cuda", "dtype": "float32", "shape": [3, 4], "stride": [4, 1], "offset": 0,
-            "device": 0, "handle": "00", "size": 48, "soffset": 0,
-            "rc_handle": b"/torch_1_2".hex(), "rc_offset": 0, "event": "", "event_sync": False}
-    forged = [{"dtype": "object"}, {"shape": [3, -1]}, {"stride": [4]}, {"handle": "zz"},
-              {"rc_handle": b"../../etc/passwd".hex()}, {"device": True}, {"size": "48"}]
-    for change in forged:
-        with pytest.raises(ValueError):
-            transport.receive({"transport": "cuda_ipc", "items": [{**good, **change}]}, "cpu")
-    with pytest.raises(ValueError):
-        transport.receive({"transport": "pickle", "items": []}, "cpu")
-    with pytest.raises(ValueError):
-        transport.receive({"transport": "cuda_ipc", "items": [{"kind": "exec"}]}, "cpu")
-    transport.check_bounds([3, 4], [4, 1], 0, torch.float32, 48)
-    for shape, stride, off, nbytes in (([3, 4], [4, 1], 1, 48), ([4, 4], [4, 1], 0, 48),
-                                       ([3, 4], [1, 4], 0, 40)):
-        with pytest.raises(ValueError):
-            transport.check_bounds(shape, stride, off, torch.float32, nbytes)
-    transport.check_bounds([0, 4], [4, 1], 0, torch.float32, 0)  # empty views fit anywhere
-
-
-def test_outputs_travel_in_sealed_memory_files(monkeypatch):
-    """The bytes of every output, across files of at most MEMFD_CHUNK bytes, come back as they
-    went (dtypes, empty and 0-d tensors, None); a description that does not fit its files, or
-    a file that is still writable, is refused."""
-    import fcntl
-    from curate.verify import transport
-    monkeypatch.setattr(transport, "MEMFD_CHUNK", 100)  # outputs that span several files
-    items = [torch.arange(60, dtype=torch.float32).reshape(3, 20), None,
-             torch.tensor([True, False, True]), torch.tensor(7, dtype=torch.int64),
-             torch.empty(0, 4, dtype=torch.float16), torch.randn(5, 3, dtype=torch.float64).t()]
-    desc, fds = transport.send_memfd(items)
-    try:
-        assert len(fds) == -(-desc["size"] // 100) > 2
-        got = transport.receive(desc, "cpu", fds)
-        assert got[1] is None and len(got) == len(items)
-        for a, b in zip(items, got):
-            if a is not None:
-                assert b.dtype == a.dtype and b.shape == a.shape and torch.equal(a, b)
-        for change in ({"size": desc["size"] + 1}, {"chunk": 50},
-                       {"items": [{**desc["items"][0], "nbytes": 4}]},
-                       {"items": [{**desc["items"][0], "offset": desc["size"]}]}):
-            with pytest.raises(ValueError):
-                transport.receive({**desc, **change}, "cpu", fds)
-        with pytest.raises(ValueError):
-            transport.receive(desc, "cpu", fds[:-1])
-    finally:
-        for fd in fds:
-            os.close(fd)
-    # over the 256 MiB that one message may hold (base64 inside JSON could not carry it)
-    monkeypatch.setattr(transport, "MEMFD_CHUNK", 128 << 20)
-    big = torch.zeros(70 << 20, dtype=torch.float32)
-    big[-1] = 3.0
-    desc, fds = transport.send_memfd([big])
-    try:
-        assert len(fds) == 3 and desc["size"] == big.numel() * 4
-        (back,) = transport.receive(desc, "cpu", fds)
-        assert back.shape == big.shape and float(back[-1]) == 3.0 and float(back.sum()) == 3.0
-    finally:
-        for fd in fds:
-            os.close(fd)
-    del big, back
-    fd = os.memfd_create("open", os.MFD_ALLOW_SEALING)
-    os.write(fd, b"\0" * 12)
-    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
-    open_desc = {"transport": "memfd", "size": 12, "chunk": 100,
-                 "items": [{"kind": "tensor", "dtype": "float32", "shape": [3], "offset": 0,
-                            "nbytes": 12}]}
-    try:
-        with pytest.raises(ValueError, match="writable"):
-            transport.receive(open_desc, "cpu", [fd])
-    finally:
-        os.close(fd)
-
-
-def test_device_memory_descriptions_that_do_not_match_their_descriptors_are_refused():
-    """cuda_fd's checks made before the driver is asked (so they hold on a machine without a
-    GPU too): an allocation announced with no descriptor, or with two, or descriptors sent
-    beside an empty one."""
-    from curate.verify import transport
-    spec = [{"kind": "tensor", "dtype": "float32", "shape": [4], "offset": 0, "nbytes": 16}]
-    r, w = os.pipe()
-    try:
-        for desc, fds in (({"transport": "cuda_fd", "size": 2 << 20, "bytes": 16,
-                            "items": spec}, []),
-                          ({"transport": "cuda_fd", "size": 2 << 20, "bytes": 16,
-                            "items": spec}, [r, w]),
-                          ({"transport": "cuda_fd", "size": 0, "items": []}, [r])):
-            with pytest.raises(ValueError, match="does not match"):
-                transport.receive(desc, "cpu", fds)
-    finally:
-        os.close(r)
-        os.close(w)
-
-
 def test_verify_on_cpu_sends_outputs_in_memory_files(cache_dir):
     with Verifier(device="cpu", workers=1, cache_dir=cache_dir, compile_workers=0) as v:
         assert v.transport == "memfd" and "transport" not in v.config()
@@ -535,38 +391,6 @@ def test_gpu_outputs_reach_the_judge_over_cuda_ipc(cache_dir):
         print(key, r.status, r.reasons, r.max_abs_err, r.speedup, r.seconds)
         assert r.status == "verified", (key, r.status, r.error)
     assert len({r.max_abs_err for r in verdicts.values()}) == 1
-
-
-@pytest.mark.gpu
-def test_device_memory_passes_by_descriptor_and_forgeries_are_refused():
-    """cuda_fd in one process: outputs of several dtypes (and an empty one) come back equal
-    from the descriptor; a descriptor of a smaller allocation than described, and a memory
-    file posing as device memory, are refused (ValueError: `outputs_unreadable`)."""
-    import torch
-    from curate.isolation.protocol import sealed_memfd
-    from curate.verify import transport
-    items = [torch.randn(1000, 3, device="cuda"), None,
-             torch.arange(77, device="cuda", dtype=torch.int64),
-             torch.empty(0, 4, device="cuda", dtype=torch.float16)]
-    desc, fds = transport.send_cuda_fd(items)
-    try:
-        assert desc["transport"] == "cuda_fd" and len(fds) == 1
-        got = transport.receive(desc, "cuda", fds)
-        assert got[1] is None and all(torch.equal(a, b) for a, b in
-                                      zip([items[0], items[2], items[3]], [got[0], got[2], got[3]]))
-        with pytest.raises(ValueError):
-            transport.receive({**desc, "size": desc["size"] * 4}, "cuda", fds)
-        assert transport.held_bytes() >= desc["size"]  # kept until the judge is done
-        assert transport.release() == 1 and transport.held_bytes() == 0
-    finally:
-        for fd in fds:
-            os.close(fd)
-    fake = sealed_memfd("fake", desc["size"], lambda m: None)
-    try:
-        with pytest.raises(ValueError):
-            transport.receive(desc, "cuda", [fake])
-    finally:
-        os.close(fake)
 
 
 def test_cpu_rows_near_the_threshold_are_timed_again_in_fresh_pairs(cache_dir, monkeypatch):
@@ -645,7 +469,7 @@ def test_warm_up_reserves_device_memory_from_the_reference_shapes(cache_dir, tmp
     worker reports the reference's sizes from meta tensors first, and the warm-up runs only
     under a memory reservation of that size."""
     from curate.verify.engine import warm_estimate_gb
-    from curate.verify.harness import meta_sizes
+    from curate.verify.worker.compile import meta_sizes
     monkeypatch.chdir(tmp_path)  # load_module writes the program beside the worker's cwd
     ref = (FIX / "ref_gelu_residual.py").read_text()
     sizes = meta_sizes(ref, "t")
@@ -708,52 +532,6 @@ def test_a_reference_that_is_rounding_noise_is_degenerate_not_the_candidate_wron
     assert "reference_unstable" in noisy.reasons
     assert noisy.notes.get("reference_vs_float64")
     assert wrong.status == "incorrect" and "reference_unstable" not in wrong.reasons
-
-
-def test_torch_own_lazy_patching_is_not_taken_for_tampering():
-    """torch._dynamo wraps torch.manual_seed when first imported (every inductor candidate
-    imports it): a worker must not be replaced for that, but still for a candidate's patch."""
-    code = (
-        "import torch\n"
-        "from curate.verify import harness as h\n"
-        "h.setup()\n"
-        "import torch._dynamo, torch._inductor.runtime.triton_heuristics\n"
-        "print('clean', h.tampered())\n"
-        "torch.manual_seed = lambda s: None\n"
-        "print('patched', h.tampered())\n")
-    env = {**os.environ, "CURATE_VERIFY_DEVICE": "cpu"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         timeout=300, cwd=Path(__file__).parents[1])
-    assert out.returncode == 0, out.stderr[-2000:]
-    lines = out.stdout.splitlines()
-    assert "clean []" in lines
-    assert "patched ['torch.manual_seed']" in lines
-
-
-def test_a_worker_gives_device_memory_back_after_each_task(monkeypatch):
-    """What an idle worker keeps is invisible to the parent's memory gate: after a task its
-    cached blocks are emptied, and a worker still holding more than it exported (beyond 1 GiB)
-    asks to be replaced. The CUDA calls are stood in for: CI has no GPU."""
-    from curate.verify import harness, transport
-    state = {"reserved": 3 << 30, "emptied": 0}
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: state.__setitem__(
-        "emptied", state["emptied"] + 1))
-    monkeypatch.setattr(torch.cuda, "ipc_collect", lambda: None)
-    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a: state["reserved"])
-    monkeypatch.setattr(transport, "held_bytes", lambda: 0)
-    res = harness.release_device_memory({"status": "compiled"})
-    assert state["emptied"] == 1 and res["_recycle"] and res["memory_kept_gb"] == 3.0
-    monkeypatch.setattr(transport, "held_bytes", lambda: 5 << 29)   # outputs not yet released
-    assert "_recycle" not in harness.release_device_memory({"status": "ok"})
-    monkeypatch.setattr(transport, "held_bytes", lambda: 0)
-    kept = harness.release_device_memory({"status": "ok"}, keep_gb=None)  # report only
-    assert "_recycle" not in kept and kept["memory_kept_gb"] == 3.0
-    assert harness.release_device_memory({"status": "ok"}, keep_gb=4.0)["memory_kept_gb"] == 3.0
-    assert "_recycle" not in harness.release_device_memory({"status": "ok"}, keep_gb=4.0)
-    state["reserved"] = 100 << 20
-    assert "_recycle" not in harness.release_device_memory({"status": "ok"})
 
 
 def test_honest_rows_get_the_same_status_beside_hostile_rows_as_alone(hostile_run, cache_dir):
@@ -830,15 +608,3 @@ def test_device_gate_waits_for_a_hanging_holder_once():
         waited = time.monotonic() - t0
     t.join(5)
     assert waited > 0.1, waited
-
-
-def test_the_poked_set_moves_one_element_of_each_float_tensor_the_same_way_everywhere():
-    from curate.verify.calls import poked
-    base = [torch.randn(4, 6), torch.arange(5), 3.0, torch.randn(6, 4).t(), torch.randn(1)]
-    a, b = poked(base, 11), poked(base, 11)
-    for x, y, z in zip(base, a, b):
-        if isinstance(x, torch.Tensor):
-            assert torch.equal(y, z) and y.shape == x.shape and y.stride() == x.stride()
-    assert sum(int((y != x).sum()) for x, y in zip(base[:1] + base[3:4], a[:1] + a[3:4])) == 2
-    assert a[1] is base[1] and a[2] == 3.0 and a[4] is base[4]  # integers, plain values, 1 elem
-    assert not torch.equal(poked(base, 12)[0], a[0]) or not torch.equal(poked(base, 12)[3], a[3])

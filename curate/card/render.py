@@ -143,7 +143,7 @@ def verify_settings(f: Facts) -> dict:
 def tolerances() -> list[tuple[str, float, float, float]]:
     """(dtype, atol, rtol, relative-norm bound) of the verify stage, where it is installed."""
     try:
-        from ..verify.compare import TOLERANCES
+        from ..verify.worker.compare import TOLERANCES
     except Exception:
         return []
     return [(str(d).removeprefix("torch."), *t) for d, t in TOLERANCES.items()]

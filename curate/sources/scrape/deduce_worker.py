@@ -423,7 +423,7 @@ def find_inputs(model, names: list[str], task: dict, budget_s: float):
 
 
 def _inference(model):
-    """Eval mode, as verify and synth run every program (verify.harness.build_model): no
+    """Eval mode, as verify and synth run every program (verify.worker.models.build_model): no
     dropout, batch norm on running statistics. Judged in training mode, a model with dropout
     was nondeterministic here and deterministic everywhere it is used."""
     return model.eval() if hasattr(model, "eval") else model

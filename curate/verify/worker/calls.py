@@ -11,17 +11,18 @@ recompute any call the parent picks afterwards. One more set, `poked`, is set 0 
 element of each floating-point tensor moved: called right after set 0 in the same buffers,
 it catches a cache keyed by the buffer and a few sampled elements, which takes it for set 0.
 
-Worker side only (imported after the timers were captured).
+Worker side only (imported after the timers were captured). The gates call the model through
+`CallRunner.inputs` too (CheckContext.call_inputs): same buffers, same writes.
 """
 
 from __future__ import annotations
 
-import ctypes
 import weakref
 from dataclasses import dataclass, field
 
 import torch
 
+from .clock import reset_persisting_l2
 from .compare import flatten_outputs
 
 
@@ -190,41 +191,3 @@ def plain_outputs(items: list) -> None:
 
 def output_bytes(items: list) -> int:
     return sum(x.numel() * x.element_size() for x in items if isinstance(x, torch.Tensor))
-
-
-# -- persisting L2 ------------------------------------------------------------------------------
-_cudart = None
-_cudart_tried = False
-_limit_set = False
-_LIMIT_PERSISTING_L2 = 0x06
-
-
-def _runtime():
-    global _cudart, _cudart_tried
-    if not _cudart_tried:
-        _cudart_tried = True
-        for name in ("libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"):
-            try:
-                _cudart = ctypes.CDLL(name)
-                break
-            except OSError:
-                continue
-    return _cudart
-
-
-def reset_persisting_l2() -> bool:
-    """No L2 lines kept resident across the flush: the persisting carve-out set to zero and
-    persisting lines reset (a kernel could set an access-policy window on its stream so that
-    its data survives the flush). False where the runtime library cannot be reached."""
-    rt = _runtime()
-    if rt is None:
-        return False
-    global _limit_set
-    try:
-        if not _limit_set:
-            rt.cudaDeviceSetLimit(ctypes.c_int(_LIMIT_PERSISTING_L2), ctypes.c_size_t(0))
-            _limit_set = True
-        rt.cudaCtxResetPersistingL2Cache()
-        return True
-    except (AttributeError, OSError):
-        return False

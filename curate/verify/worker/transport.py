@@ -7,8 +7,6 @@ the candidate's process.
   and maps them read-only. Nothing passes through the parent's memory:
   the base64-in-JSON `inline` form of the same could not carry a KernelBench output of 2 GiB.
 - `inline`: the bytes inside the reply (small outputs; no descriptors).
-- `files` (the old spelling): the candidate worker saves its outputs with `torch.save` into the
-  row's job directory; the judge loads them with `weights_only` (tensors only, no code).
 - `cuda_ipc` (the GPU): the candidate worker copies its outputs, right after the device-wide
   synchronize, into tensors the harness owns and hands the judge their CUDA IPC handles; the
   judge maps the same device memory. Nothing goes to the host and back: KernelBench outputs
@@ -16,6 +14,9 @@ the candidate's process.
   time on the H200. The row holds the candidate worker (`WorkerPool.hold`) until the judge is
   done, then asks it to `release()`. The judge opens only what the description allows: known
   dtypes, integer shapes, handles as bytes, the ref-counter name checked against torch's form.
+
+The judge reads a description only by the transport the parent named (`receive(..., transport)`):
+a candidate cannot pick another way of passing its outputs for itself.
 
 Worker side only: nothing here runs in the parent.
 """
@@ -26,11 +27,10 @@ import base64
 import math
 import os
 import re
-from pathlib import Path
 
 import torch
 
-TRANSPORTS = ("files", "cuda_ipc", "cuda_fd", "memfd", "inline")
+TRANSPORTS = ("cuda_ipc", "cuda_fd", "memfd", "inline")
 
 _HELD: list = []      # the candidate worker's exported tensors, until release()
 _HELD_FD: list[tuple[int, int]] = []   # (driver handle, bytes) of cuda_fd exports, likewise
@@ -112,7 +112,7 @@ def send_memfd(items: list) -> tuple[dict, list[int]]:
     and sealed before they leave; the descriptors go with the reply (worker.reply_fds). The
     judge checks the seals, so nothing can change them after the handover; no byte passes
     through the parent, whatever the outputs weigh."""
-    from ..isolation.protocol import sealed_memfd
+    from ...isolation.protocol import sealed_memfd
     specs, parts, total = _layout(items)
     fds: list[int] = []
     try:
@@ -149,7 +149,7 @@ def send_cuda_fd(items: list) -> tuple[dict, list[int]]:
         fd, size, handle = devicefd.export(parts, total, device)
     except ValueError:
         # the driver's own allocation found the device full of torch's cached blocks: once
-        # more without them, else this fetch goes by memory files (the judge reads either)
+        # more without them, else this fetch goes by memory files (the description says so)
         torch.cuda.empty_cache()
         try:
             fd, size, handle = devicefd.export(parts, total, device)
@@ -210,7 +210,8 @@ def _open_memfd(desc: dict, fds: list[int], device: str) -> list:
     """The outputs that `send_memfd` described, from its sealed files (judge)."""
     import mmap
     import warnings
-    from ..isolation.protocol import sealed_size
+
+    from ...isolation.protocol import sealed_size
     size, chunk = _int(desc.get("size")), _int(desc.get("chunk"))
     if size < 0 or chunk <= 0 or len(fds) != -(-size // chunk):
         raise ValueError("output files do not match their description")
@@ -259,26 +260,37 @@ def _open_inline(spec: dict, device: str) -> torch.Tensor:
     return t.to(device)
 
 
-def send(items: list, out_dir: Path, trial: int, transport: str) -> dict:
-    """Describe trial `trial`'s outputs for the judge (candidate worker). `items` are the flat
-    outputs (tensors or None) after the device-wide synchronize."""
+def send_cuda_ipc(items: list) -> dict:
+    """Describe outputs for the judge by CUDA IPC handles (candidate worker): `items` are the
+    flat outputs (tensors or None) after the device-wide synchronize; outputs that are not on
+    the GPU, or empty, go inline inside the same description."""
+    specs = []
+    for x in items:
+        if x is None:
+            specs.append({"kind": "none"})
+        elif isinstance(x, torch.Tensor) and x.is_cuda and x.numel() > 0:
+            own = x.detach().clone()      # the worker's copy: later writes by the candidate
+            _HELD.append(own)             # to its own buffers do not reach the judge
+            specs.append(_ipc_spec(own))
+        else:
+            specs.extend(send_inline([x])["items"])
+    torch.cuda.synchronize()
+    return {"transport": "cuda_ipc", "items": specs}
+
+
+def send(items: list, transport: str) -> tuple[dict, list[int]]:
+    """Outputs described for the judge by `transport`, and the descriptors that go with the
+    reply. cuda_fd falls back to memory files when the device is full and to inline when
+    the outputs are not on the GPU: the description says which."""
     if transport == "cuda_ipc":
-        specs = []
-        for i, x in enumerate(items):
-            if x is None:
-                specs.append({"kind": "none"})
-            elif isinstance(x, torch.Tensor) and x.is_cuda and x.numel() > 0:
-                own = x.detach().clone()      # the harness's copy: later writes by the candidate
-                _HELD.append(own)             # to its own buffers do not reach the judge
-                specs.append(_ipc_spec(own))
-            else:
-                specs.extend(send_inline([x])["items"])
-        torch.cuda.synchronize()
-        return {"transport": "cuda_ipc", "items": specs}
-    path = out_dir / f"cand_{trial}.pt"
-    torch.save([x.detach().to("cpu", copy=True) if isinstance(x, torch.Tensor) else x
-                for x in items], path)
-    return {"transport": "files", "path": str(path)}
+        return send_cuda_ipc(items), []
+    if transport == "memfd":
+        return send_memfd(items)
+    if transport == "cuda_fd":
+        return send_cuda_fd(items)
+    if transport == "inline":
+        return send_inline(items), []
+    raise ValueError(f"unknown transport {transport!r}")
 
 
 def _ipc_spec(t: torch.Tensor) -> dict:
@@ -293,32 +305,29 @@ def _ipc_spec(t: torch.Tensor) -> dict:
             "event_sync": bool(event_sync)}
 
 
-def receive(desc, device: str, fds: list[int] | None = None):
-    """The candidate's outputs for one trial, on `device` (judge); `fds`: the memory files that
-    came with the task. Raises ValueError on a description that is not what `send` writes."""
+def receive(desc, device: str, fds: list[int] | None, transport: str):
+    """The candidate's outputs, on `device` (judge), from a description of kind `transport`
+    only; `fds`: the descriptors that came with the task. Raises ValueError on a description
+    that is not what the sender of that transport writes."""
     if not isinstance(desc, dict):
         raise ValueError("not an output description")
-    if desc.get("transport") == "memfd":
+    if transport not in TRANSPORTS or desc.get("transport") != transport:
+        raise ValueError(f"outputs described as {str(desc.get('transport'))[:40]!r} where "
+                         f"{transport!r} was asked for")
+    if transport == "memfd":
         return _open_memfd(desc, list(fds or []), device)
-    if desc.get("transport") == "cuda_fd":
+    if transport == "cuda_fd":
         return _open_cuda_fd(desc, list(fds or []), device)
-    if desc.get("transport") == "files":
-        return _load_file(Path(_str(desc.get("path"))), device)
-    if desc.get("transport") == "inline" and isinstance(desc.get("items"), list):
+    if not isinstance(desc.get("items"), list):
+        raise ValueError("an output description without items")
+    if transport == "inline":
         return [None if isinstance(s, dict) and s.get("kind") == "none" else
                 _open_inline(s if isinstance(s, dict) else {}, device) for s in desc["items"]]
-    if desc.get("transport") != "cuda_ipc" or not isinstance(desc.get("items"), list):
-        raise ValueError("unknown transport")
     out = []
     for spec in desc["items"]:
         kind = spec.get("kind") if isinstance(spec, dict) else None
         if kind == "none":
             out.append(None)
-        elif kind == "file":
-            x = _load_file(Path(_str(spec.get("path"))), device)
-            if not isinstance(x, torch.Tensor):
-                raise ValueError("an output file holds no tensor")
-            out.append(x)
         elif kind == "cuda":
             out.append(_open_ipc(spec))
         elif kind == "tensor":
@@ -326,15 +335,6 @@ def receive(desc, device: str, fds: list[int] | None = None):
         else:
             raise ValueError(f"unknown output kind {kind!r}")
     return out
-
-
-def _load_file(path: Path, device: str):
-    try:
-        return torch.load(path, map_location=device, weights_only=True, mmap=True)
-    except (RuntimeError, ValueError, OSError) as exc:
-        if "mmap" not in str(exc).lower():
-            raise
-        return torch.load(path, map_location=device, weights_only=True)
 
 
 def _int(v, lo: int = 0) -> int:

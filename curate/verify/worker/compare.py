@@ -1,7 +1,7 @@
 """Output comparison: structure, dtypes, shapes, NaN/Inf, elementwise tolerance and relative norm.
 
-Pure torch, no candidate code: used by the trusted parent (the verdict) and by the candidate's
-worker (only to decide whether timing a clearly wrong candidate is worth the GPU's time).
+Pure torch, no candidate code: the judge compares the candidate's outputs with the reference's
+by it (and the tolerances are shown on dataset cards).
 """
 
 from __future__ import annotations
@@ -133,7 +133,28 @@ def _compare_one(k: int, r, x) -> Comparison:
             c.max_rel_err = float("inf")
         return c
     atol, rtol, norm_bound = tolerance(r.dtype)
-    # errors in at least fp32 (fp64 only for fp64 outputs), chunk by chunk
+    n_over, n_new_bad, n_lost, max_abs, max_rel, diff_sq, ref_sq = _float_errors(r, x, atol,
+                                                                                   rtol)
+    c.max_abs_err, c.max_rel_err = max_abs, max_rel
+    if n_new_bad:
+        c.fail("nan_inf", f"output {k}: {n_new_bad} NaN/Inf where the reference has none")
+        c.max_abs_err = float("inf")
+    if n_lost:
+        c.fail("nan_inf", f"output {k}: NaN/Inf of the reference not reproduced")
+    if n_over:
+        c.fail("output_mismatch", f"output {k}: {n_over} of {r.numel()} elements outside "
+               f"atol={atol:g} rtol={rtol:g} (max abs err {max_abs:.3g})")
+    if ref_sq > 0:
+        rel_norm = (diff_sq ** 0.5) / (ref_sq ** 0.5)
+        if rel_norm > norm_bound:
+            c.fail("output_mismatch", f"output {k}: relative norm error {rel_norm:.3g} over "
+                   f"{norm_bound:g}")
+    return c
+
+
+def _float_errors(r: torch.Tensor, x: torch.Tensor, atol: float, rtol: float) -> tuple:
+    """Chunk by chunk, in at least float32 (float64 only for float64 outputs): elements outside
+    the band, new and lost non-finite values, the largest errors and the squared norms."""
     work = torch.promote_types(r.dtype, torch.float32)
     n_over = n_new_bad = n_lost = 0
     max_abs = max_rel = 0.0
@@ -157,18 +178,4 @@ def _compare_one(k: int, r, x) -> Comparison:
         n_over += int((diff > ref_abs.mul_(rtol).add_(atol)).sum())
         diff_sq += float(diff.double().square().sum())
         ref_sq += float(rc.double().square().sum())
-    c.max_abs_err, c.max_rel_err = max_abs, max_rel
-    if n_new_bad:
-        c.fail("nan_inf", f"output {k}: {n_new_bad} NaN/Inf where the reference has none")
-        c.max_abs_err = float("inf")
-    if n_lost:
-        c.fail("nan_inf", f"output {k}: NaN/Inf of the reference not reproduced")
-    if n_over:
-        c.fail("output_mismatch", f"output {k}: {n_over} of {r.numel()} elements outside "
-               f"atol={atol:g} rtol={rtol:g} (max abs err {max_abs:.3g})")
-    if ref_sq > 0:
-        rel_norm = (diff_sq ** 0.5) / (ref_sq ** 0.5)
-        if rel_norm > norm_bound:
-            c.fail("output_mismatch", f"output {k}: relative norm error {rel_norm:.3g} over "
-                   f"{norm_bound:g}")
-    return c
+    return n_over, n_new_bad, n_lost, max_abs, max_rel, diff_sq, ref_sq

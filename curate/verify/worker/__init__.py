@@ -1,0 +1,1 @@
+"""The worker side of verify: runs only inside sandboxed verify workers (candidate and judge)."""

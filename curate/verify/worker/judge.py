@@ -1,0 +1,137 @@
+"""The judge: the reference alone (this process never imports candidate code). Load, Reference
+(the correctness calls' outputs, kept; the judge checks on them), Calls (the reference timed by
+the same loop as the candidate), Compare (one candidate output, passed by the transport the
+parent named, against the reference's of the same call) and Finish (the row's comparison).
+
+A failure of the reference is `Failed(status="reference_error", reasons=["reference_failed",
+...])`: the row cannot be judged, whatever the candidate did.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...isolation import worker
+from ...isolation.program import load_program
+from ..errors import classify_exception
+from ..messages import Compare, Compared, Failed, Finished, Load, Loaded, Reply
+from . import transport
+from .calls import CallRunner
+from .clock import TIMERS, flush_for
+from .compare import compare
+from .digest import digest
+from .hooks import load_checks, run_hook
+from .models import base_sets, build_model, env_info, init_args
+from .precision import precision_profile, reference_instability
+from .session import Session, batch_reply, parse_calls
+
+
+def reference_failed(exc: BaseException, device: str) -> Failed:
+    info = classify_exception(exc, "call")
+    return Failed(status="reference_error", reasons=["reference_failed", *info.reasons],
+                  error=info.error, recycle=info.recycle, notes={"env": env_info(device)})
+
+
+def load(req: Load) -> Reply:
+    s = Session.start(req)
+    s.checks = load_checks("judge") if s.gates else []
+    try:
+        mod = load_program(req.pytorch_code, f"curate_ref_{s.tag}")
+        model = build_model(mod.Model, init_args(mod, req.seed_init, s.device), req.seed_init,
+                            s.device)
+        s.ctx.ref_module, s.ctx.ref_model = mod, model
+        sets = base_sets(mod, req.seeds, s.device, req.poke)
+        s.use_runner(CallRunner(model, sets, s.device, TIMERS, flush_for(s.device)))
+    except BaseException as exc:  # noqa: BLE001 - classify_exception raises Ctrl-C again
+        return reference_failed(exc, s.device)
+    return Loaded(env=env_info(s.device))
+
+
+def reference(s: Session, calls: list) -> Reply:
+    """The reference's outputs of `calls`, kept for Compare; then the judge checks."""
+    planned = parse_calls(calls)
+    try:
+        batch = s.runner.run(planned, keep=True)
+    except BaseException as exc:  # noqa: BLE001
+        return reference_failed(exc, s.device)
+    for call, (items, struct) in zip(planned, batch.outputs):
+        s.ref_out[call] = [x.detach() if isinstance(x, torch.Tensor) else x for x in items]
+        s.ref_struct[call] = struct
+    s.ctx.ref_outputs = list(s.ref_out.values())
+    run_hook(s.checks, "after_reference", s.ctx)
+    s.ctx.ref_outputs = None
+    return batch_reply(s, batch.ms, batch.outputs)
+
+
+def calls(s: Session, planned_calls: list, keep: bool) -> Reply:
+    planned = parse_calls(planned_calls)
+    s.kept = None
+    try:
+        batch = s.runner.run(planned, keep=keep)
+    except BaseException as exc:  # noqa: BLE001
+        return reference_failed(exc, s.device)
+    return batch_reply(s, batch.ms, batch.outputs)
+
+
+def _reference_of(s: Session, call: tuple[int, float]) -> tuple[list, str]:
+    if call in s.ref_out:
+        return s.ref_out[call], s.ref_struct[call]
+    (items, struct), = s.runner.run([call], keep=True).outputs
+    return items, struct
+
+
+def _refuse(s: Session, reason: str, detail: str) -> Compared:
+    s.total.fail(reason, detail)
+    s.ctx.flag(reason, fatal=True, detail=detail)
+    return Compared(ok=False, findings=list(s.ctx.findings))
+
+
+def compare_call(s: Session, req: Compare) -> Reply:
+    (call,) = parse_calls([req.call])
+    try:
+        ref_items, ref_struct = _reference_of(s, call)
+    except BaseException as exc:  # noqa: BLE001
+        return reference_failed(exc, s.device)
+    where = f"call {call[0]}/{call[1]}"
+    try:
+        items = transport.receive(req.outputs, s.device, worker.task_fds(), req.transport)
+    except Exception as exc:  # noqa: BLE001 - a hostile or broken description
+        return _refuse(s, "outputs_unreadable", f"{where}: {type(exc).__name__}: {exc}"[:300])
+    if req.digest is not None and digest(items) != req.digest:
+        return _refuse(s, "digest_mismatch",
+                       f"{where}: the outputs received are not the ones committed to")
+    try:
+        cmp = compare(ref_items, items, ref_struct, req.structure)
+        s.total.merge(cmp)
+        if cmp.ok and req.precision and s.gates and not s.precision:
+            _precision(s, call, ref_items, items)
+    except BaseException as exc:  # noqa: BLE001
+        return reference_failed(exc, s.device)
+    return Compared(ok=cmp.ok, findings=list(s.ctx.findings))
+
+
+def _precision(s: Session, call, ref_items: list, items: list) -> None:
+    s.precision = precision_profile(s.ctx.ref_model, s.runner.pristine(*call), ref_items, items)
+    if s.precision.get("reduced_precision"):
+        s.ctx.flag("reduced_precision", fatal=True)
+    elif s.precision.get("below_float32"):
+        # on the GPU a float32 reference and an honest candidate may differ in TF32 use: a
+        # warning there, a failure on the CPU
+        s.ctx.flag("precision_below_reference", fatal=s.device == "cpu")
+
+
+def finish(s: Session) -> Reply:
+    """The row's comparison; when it failed, whether the reference itself is stable (a float32
+    reference its own float64 run does not reproduce cannot judge anyone)."""
+    if not s.total.ok and s.gates and s.ref_out:
+        (k, scale), ref_items = next(iter(s.ref_out.items()))
+        unstable = reference_instability(s.ctx.ref_model, s.runner.pristine(k, scale),
+                                         ref_items)
+        if unstable:
+            s.ctx.flag("reference_unstable", fatal=True, status="degenerate_reference")
+            s.ctx.notes["reference_vs_float64"] = unstable
+    t = s.total
+    return Finished(env=env_info(s.device), findings=list(s.ctx.findings),
+                    notes={**s.ctx.notes, **s.precision},
+                    comparison={"ok": t.ok, "reasons": t.reasons, "max_abs_err": t.max_abs_err,
+                                "max_rel_err": t.max_rel_err, "detail": t.detail})

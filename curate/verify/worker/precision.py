@@ -1,0 +1,90 @@
+"""The judge's precision readings: does the candidate compute in lower precision than its
+float32 reference, and is the float32 reference itself stable (does its float64 run agree)?
+Both run the trusted reference program only, in the judge."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from .compare import compare, flatten_outputs
+
+
+def _relnorm(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    den = float(torch.linalg.vector_norm(b))
+    return float(torch.linalg.vector_norm(a - b)) / max(den, 1e-30)
+
+
+def _half_representable(x: torch.Tensor) -> float:
+    """Share of the nonzero finite values that survive a round trip through float16 or bfloat16
+    unchanged: about 1/8000 for float32 arithmetic, all of them for half-precision results."""
+    v = x[torch.isfinite(x) & (x != 0)].float()
+    if v.numel() < 64:
+        return 0.0
+    v = v[:1 << 20]
+    fp16 = (v.half().float() == v).double().mean()
+    bf16 = (v.bfloat16().float() == v).double().mean()
+    return float(max(fp16, bf16))
+
+
+def _float64_outputs(model, inputs: list) -> list:
+    """The reference program's outputs run in float64 on the same inputs."""
+    model64 = copy.deepcopy(model).double()
+    x64 = [x.double() if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x
+           for x in inputs]
+    with torch.no_grad():
+        out, _ = flatten_outputs(model64(*x64))
+    return out
+
+
+def precision_profile(model, inputs: list, ref_out: list, cand_out: list) -> dict:
+    """Does the candidate compute in lower precision than its float32 reference? Two readings:
+    its error against the same program run in float64 (flagged when above 5e-5 relative norm
+    and 20 times the float32 reference's own error: half precision leaves far more than
+    float32 arithmetic in another order), and whether its values are exactly half-precision
+    numbers. A float32 tolerance alone cannot tell."""
+    pairs = [(r, c) for r, c in zip(ref_out, cand_out) if isinstance(r, torch.Tensor)
+             and isinstance(c, torch.Tensor) and r.dtype == torch.float32 and r.numel()
+             and r.shape == c.shape]
+    if not pairs:
+        return {}
+    out: dict = {}
+    half = max(_half_representable(c) for _, c in pairs)
+    ref_half = max(_half_representable(r) for r, _ in pairs)
+    out["half_representable"] = round(half, 4)
+    if half > 0.9 and ref_half < 0.5:
+        out["reduced_precision"] = "outputs are half-precision numbers"
+    try:
+        o64 = _float64_outputs(model, inputs)
+        err_ref = max(_relnorm(r, o) for (r, _), o in zip(pairs, o64))
+        err_cand = max(_relnorm(c, o) for (_, c), o in zip(pairs, o64))
+        out["err_vs_float64"] = {"reference": err_ref, "candidate": err_cand}
+        if err_cand > 5e-5 and err_cand > 20 * max(err_ref, 1e-8):
+            out["below_float32"] = (f"error against float64 {err_cand:.1e}, the float32 "
+                                    f"reference's {err_ref:.1e}")
+    except Exception as exc:  # noqa: BLE001 - float64-less ops, explicit dtypes, memory
+        out["float64_skipped"] = f"{type(exc).__name__}: {exc}"[:200]
+    return out
+
+
+def reference_instability(model, inputs: list, ref_out: list) -> str | None:
+    """How the float32 reference differs from the same program run in float64 on the same
+    inputs, when it does beyond the float32 tolerance; None when it agrees (or cannot run in
+    float64: explicit dtypes, float64-less ops)."""
+    if not any(isinstance(x, torch.Tensor) and x.dtype == torch.float32 for x in ref_out):
+        return None
+    try:
+        out64 = _float64_outputs(model, inputs)
+        cast = [o.to(r.dtype) if isinstance(o, torch.Tensor) and isinstance(r, torch.Tensor)
+                else o for o, r in zip(out64, ref_out)]
+        if len(cast) != len(ref_out):
+            return None
+        c = compare(ref_out, cast)
+        return None if c.ok else (c.detail or ", ".join(c.reasons))[:300]
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()

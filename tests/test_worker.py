@@ -1,0 +1,563 @@
+"""verify's worker side through its handler, in this process: every request decoded, served and
+answered in the protocol's form; the digest; the transports; comparison and the pieces the
+worker is made of. (The sandboxed workers themselves are tests/test_verify.py's.)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from curate.verify import messages as m
+from curate.verify.worker import main, session, transport
+from curate.verify.worker.compare import compare, flatten_outputs
+from curate.verify.worker.digest import digest
+
+FIX = Path(__file__).parent / "fixtures" / "verify"
+
+REF = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(n))
+
+    def forward(self, x):
+        return x * self.w + 1.0
+
+
+def get_inputs():
+    return [torch.randn(4, 8)]
+
+
+def get_init_inputs():
+    return [8]
+"""
+
+HONEST = """
+import torch
+
+
+class ModelNew(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(n))
+
+    def forward(self, x):
+        return x * self.w + 1.0   # the same bits as the reference's
+"""
+
+WRONG = HONEST.replace("+ 1.0", "+ 1.5")
+
+REUSE = """
+import torch
+
+
+class ModelNew(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(n))
+        self.out = None
+
+    def forward(self, x):
+        if self.out is None:
+            self.out = x * self.w + 1.0
+        return self.out
+"""
+
+
+def ask(msg: m.Message) -> m.Message:
+    """One request through the worker's handler, the reply decoded as the parent would."""
+    return m.decode(main.handle(m.encode(msg)), expect=m.REPLIES)
+
+
+def load(role: str, kernel: str | None = HONEST, **kw) -> m.Message:
+    return ask(m.Load(role=role, device="cpu", pytorch_code=REF,
+                      kernel_code=kernel if role == "candidate" else None, seed_init=3,
+                      seeds=[11, 12], poke=5, tag="t", gates=False, **kw))
+
+
+CALLS = [[0, 1.0], [1, 1.0], [0, -0.5], [2, 1.0]]
+
+
+@pytest.fixture(autouse=True)
+def scratch(tmp_path, monkeypatch):
+    """Programs are written into the worker's working directory, as in a sandbox's scratch."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    yield tmp_path
+    session._current = None
+
+
+def candidate_outputs(kernel: str = HONEST) -> tuple[list, list, list]:
+    """A candidate's row up to its fetched outputs: (digests, fetched outputs, batch)."""
+    loaded = load("candidate", kernel)
+    assert isinstance(loaded, m.Loaded), loaded
+    batch = ask(m.Calls(calls=CALLS, check=2, keep=True))
+    assert isinstance(batch, m.Batch), batch
+    digests = ask(m.Digest())
+    fetched = [ask(m.Fetch(index=i, transport="inline")) for i in range(len(CALLS))]
+    return digests.digests, fetched, batch
+
+
+def test_every_request_round_trips_through_the_handler():
+    """Compile, Load, Calls, Digest, Fetch, Finish in the candidate's worker; Load, Reference,
+    Calls, Compare, Finish in the judge; every reply is one of the protocol's messages."""
+    compiled = ask(m.Compile(pytorch_code=REF, kernel_code=HONEST, tag="t", size=True))
+    assert isinstance(compiled, m.Compiled) and compiled.import_s is not None
+    assert set(compiled.size_gb) == {"inputs", "outputs", "params"}  # tiny: 0.0 GiB each
+    assert not compiled.recycle
+
+    digests, fetched, batch = candidate_outputs()
+    assert len(batch.ms) == len(CALLS) and batch.structure == "tensor"
+    assert batch.out_bytes == 4 * 8 * 4
+    assert len(digests) == len(CALLS) and len(set(digests)) == len(CALLS)
+    assert all(isinstance(o, m.Outputs) and o.outputs["transport"] == "inline" for o in fetched)
+    assert [o.digest for o in fetched] == digests  # the fetched bytes are the committed ones
+    finished = ask(m.Finish())
+    assert isinstance(finished, m.Finished) and not finished.recycle
+    assert finished.notes["import_s"] >= 0 and finished.notes["parameters"] == "by_name"
+
+    assert isinstance(load("judge"), m.Loaded)
+    ref = ask(m.Reference(calls=CALLS))
+    assert isinstance(ref, m.Batch) and len(ref.ms) == len(CALLS)
+    assert ask(m.Digest()).digests == digests  # same seeds, same parameters, same bits
+    for call, out in zip(CALLS, fetched):
+        got = ask(m.Compare(call=call, outputs=out.outputs, structure=out.structure,
+                            transport="inline", digest=out.digest))
+        assert isinstance(got, m.Compared) and got.ok, got
+    timed = ask(m.Calls(calls=CALLS[:2], timed=True, keep=False))
+    assert isinstance(timed, m.Batch) and len(timed.ms) == 2 and timed.structure is None
+    assert ask(m.Digest()).digests == []    # nothing kept from that batch
+    end = ask(m.Finish())
+    assert isinstance(end, m.Finished) and end.comparison["ok"] is True
+    assert end.env["torch_version"] == torch.__version__
+    assert isinstance(ask(m.Release()), m.Released)
+
+
+def test_a_wrong_candidate_fails_the_comparison_and_the_judge_says_why():
+    _, fetched, _ = candidate_outputs(WRONG)
+    ask(m.Finish())
+    load("judge")
+    ask(m.Reference(calls=CALLS[:1]))
+    got = ask(m.Compare(call=CALLS[0], outputs=fetched[0].outputs, transport="inline",
+                        structure=fetched[0].structure))
+    assert got.ok is False
+    end = ask(m.Finish())
+    assert end.comparison["ok"] is False and "output_mismatch" in end.comparison["reasons"]
+
+
+def test_the_judge_reads_outputs_only_by_the_transport_the_parent_named():
+    """A description of another transport than the Compare request's is `outputs_unreadable`,
+    and an output that is not the one committed to is `digest_mismatch`: both fail."""
+    _, fetched, _ = candidate_outputs()
+    ask(m.Finish())
+    load("judge")
+    ask(m.Reference(calls=CALLS[:1]))
+    out = fetched[0]
+    other = ask(m.Compare(call=CALLS[0], outputs=out.outputs, transport="memfd"))
+    assert other.ok is False
+    assert [f.reason for f in other.findings] == ["outputs_unreadable"]
+    assert other.findings[0].fatal
+    forged = ask(m.Compare(call=CALLS[0], outputs=out.outputs, transport="inline",
+                           digest=out.digest ^ 1))
+    assert forged.ok is False and "digest_mismatch" in [f.reason for f in forged.findings]
+    end = ask(m.Finish())
+    assert {"outputs_unreadable", "digest_mismatch"} <= set(end.comparison["reasons"])
+
+
+def test_failures_are_classified_replies_and_protocol_errors_raise():
+    broken = ask(m.Load(role="candidate", device="cpu", pytorch_code=REF,
+                        kernel_code="def oops(:\n", seed_init=0, seeds=[1], tag="t",
+                        gates=False))
+    assert isinstance(broken, m.Failed) and broken.status == "compile_error"
+    assert broken.error.startswith("SyntaxError")
+    none = load("candidate", "import torch\n")
+    assert isinstance(none, m.Failed) and none.reasons == ["no_modelnew"]
+    compile_error = ask(m.Compile(pytorch_code=REF, kernel_code="raise ImportError('no')"))
+    assert isinstance(compile_error, m.Failed) and compile_error.status == "compile_error"
+    assert compile_error.recycle
+
+    assert isinstance(load("candidate", REUSE), m.Loaded)
+    reused = ask(m.Calls(calls=CALLS, check=0))
+    assert isinstance(reused, m.Failed) and reused.status == "deceptive"
+    assert reused.reasons == ["output_reused"]
+    assert [f.reason for f in reused.findings] == ["output_reused"]
+
+    bad_ref = ask(m.Load(role="judge", device="cpu", pytorch_code=REF + "\nraise ValueError\n",
+                         seed_init=0, seeds=[1], tag="t", gates=False))
+    assert isinstance(bad_ref, m.Failed) and bad_ref.status == "reference_error"
+    assert bad_ref.reasons[0] == "reference_failed"
+
+    with pytest.raises(m.ProtocolError):
+        main.handle({"kind": "load", "role": "candidate", "op": "load"})   # an unknown key
+    with pytest.raises(m.ProtocolError):
+        main.handle(m.encode(m.Loaded()))                                 # a reply, not a request
+    with pytest.raises(RuntimeError, match="candidate session not loaded"):
+        main.handle(m.encode(m.Fetch(index=0, transport="inline")))   # the judge's session
+    load("candidate")
+    ask(m.Calls(calls=CALLS[:1]))
+    with pytest.raises(ValueError, match="unknown transport"):
+        main.handle(m.encode(m.Fetch(index=0, transport="files")))
+
+
+def test_digest_is_exact_deterministic_and_moves_with_any_byte():
+    g = torch.Generator().manual_seed(0)
+    items = [torch.randn(33, 17, generator=g), None, torch.arange(7, dtype=torch.int64),
+             torch.tensor([True, False, True]), torch.randn(3, dtype=torch.float16),
+             torch.empty(0, 4), torch.tensor(2.5)]
+    d = digest(items)
+    assert d == digest([x.clone() if isinstance(x, torch.Tensor) else x for x in items])
+    assert 0 <= d < 2**63
+    # the same values in another layout are the same output
+    assert digest([items[0].t().contiguous().t()] + items[1:]) == d
+    for i, x in enumerate(items):
+        if not isinstance(x, torch.Tensor) or not x.numel():
+            continue
+        raw = x.clone().reshape(-1).view(torch.uint8)
+        for byte in (0, raw.numel() - 1):
+            changed = raw.clone()
+            changed[byte] ^= 1
+            moved = list(items)
+            moved[i] = changed.view(x.dtype).reshape(x.shape)
+            assert digest(moved) != d, (i, byte)
+    swapped = items[0].clone()
+    swapped[0, 0], swapped[0, 1] = items[0][0, 1], items[0][0, 0]
+    assert digest([swapped] + items[1:]) != d            # values moved between positions
+    assert digest(items[1:]) != d and digest(items[:1] + items[2:]) != d
+    assert digest([items[0].reshape(17, 33)] + items[1:]) != d    # the shape counts
+    assert digest([items[0].view(torch.int32)] + items[1:]) != d  # the dtype counts
+
+
+def test_digest_is_the_same_in_a_fresh_process():
+    """No per-process hash seed: the candidate's worker and the judge agree."""
+    code = ("import torch\nfrom curate.verify.worker.digest import digest\n"
+            "g = torch.Generator().manual_seed(1)\n"
+            "print(digest([torch.randn(100, generator=g), None, torch.arange(5)]))\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+           "PYTHONHASHSEED": "123"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=120, check=True)
+    g = torch.Generator().manual_seed(1)
+    assert int(out.stdout) == digest([torch.randn(100, generator=g), None, torch.arange(5)])
+
+
+# -- the pieces, moved from tests/test_verify.py ------------------------------------------------
+def test_compare_checks_shapes_dtypes_nan_and_tolerance():
+    r = torch.randn(8, 8)
+    assert compare([r], [r + 1e-5]).ok
+    assert not compare([r], [r + 1e-2]).ok
+    assert "shape_mismatch" in compare([r], [r[:4]]).reasons
+    assert "dtype_mismatch" in compare([r], [r.double()]).reasons
+    bad = r.clone()
+    bad[0, 0] = float("inf")
+    assert "nan_inf" in compare([r], [bad]).reasons
+    nan_ref = r.clone()
+    nan_ref[1, 1] = float("nan")
+    assert compare([nan_ref], [nan_ref.clone()]).ok  # NaN where the reference has NaN is fine
+    assert compare([r.half()], [(r * (1 + 2e-3)).half()]).ok  # half precision: a wider band
+    assert compare([r], [r * (1 + 3e-4)]).ok  # TF32-sized noise passes in float32
+    assert not compare([r], [r * (1 + 2e-2)]).ok
+    assert not compare([torch.arange(4)], [torch.arange(4) + 1]).ok
+    # a relative-norm bound catches a small bias spread over every element, inside the
+    # elementwise band
+    big = torch.full((10000,), 1.0)
+    c = compare([big], [big * (1 + 5e-3)])
+    assert "output_mismatch" in c.reasons and "relative norm" in c.detail
+    items, struct = flatten_outputs((r, (r, 3)))
+    assert struct == "tuple[2]" and len(items) == 3
+
+
+def test_output_descriptions_from_the_candidate_are_checked():
+    """The judge opens only what the transports' senders write: a forged description is
+    refused before it reaches CUDA, and a view past its storage is refused."""
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    desc = transport.send_inline([x, None])
+    got = transport.receive(desc, "cpu", [], "inline")
+    assert torch.equal(got[0], x) and got[1] is None
+    good = {"kind": "cuda", "dtype": "float32", "shape": [3, 4], "stride": [4, 1], "offset": 0,
+            "device": 0, "handle": "00", "size": 48, "soffset": 0,
+            "rc_handle": b"/torch_1_2".hex(), "rc_offset": 0, "event": "", "event_sync": False}
+    forged = [{"dtype": "object"}, {"shape": [3, -1]}, {"stride": [4]}, {"handle": "zz"},
+              {"rc_handle": b"../../etc/passwd".hex()}, {"device": True}, {"size": "48"}]
+    for change in forged:
+        with pytest.raises(ValueError):
+            transport.receive({"transport": "cuda_ipc", "items": [{**good, **change}]}, "cpu",
+                              [], "cuda_ipc")
+    with pytest.raises(ValueError):
+        transport.receive({"transport": "pickle", "items": []}, "cpu", [], "pickle")
+    with pytest.raises(ValueError):
+        transport.receive({"transport": "cuda_ipc", "items": [{"kind": "exec"}]}, "cpu", [],
+                          "cuda_ipc")
+    # the old `files` way is gone, and a description is read only as the kind asked for
+    with pytest.raises(ValueError):
+        transport.receive({"transport": "files", "path": "/etc/passwd"}, "cpu", [], "files")
+    with pytest.raises(ValueError, match="was asked for"):
+        transport.receive(desc, "cpu", [], "memfd")
+    transport.check_bounds([3, 4], [4, 1], 0, torch.float32, 48)
+    for shape, stride, off, nbytes in (([3, 4], [4, 1], 1, 48), ([4, 4], [4, 1], 0, 48),
+                                       ([3, 4], [1, 4], 0, 40)):
+        with pytest.raises(ValueError):
+            transport.check_bounds(shape, stride, off, torch.float32, nbytes)
+    transport.check_bounds([0, 4], [4, 1], 0, torch.float32, 0)  # empty views fit anywhere
+
+
+def test_outputs_travel_in_sealed_memory_files(monkeypatch):
+    """The bytes of every output, across files of at most MEMFD_CHUNK bytes, come back as they
+    went (dtypes, empty and 0-d tensors, None); a description that does not fit its files, or
+    a file that is still writable, is refused."""
+    import fcntl
+    monkeypatch.setattr(transport, "MEMFD_CHUNK", 100)  # outputs that span several files
+    items = [torch.arange(60, dtype=torch.float32).reshape(3, 20), None,
+             torch.tensor([True, False, True]), torch.tensor(7, dtype=torch.int64),
+             torch.empty(0, 4, dtype=torch.float16), torch.randn(5, 3, dtype=torch.float64).t()]
+    desc, fds = transport.send_memfd(items)
+    try:
+        assert len(fds) == -(-desc["size"] // 100) > 2
+        got = transport.receive(desc, "cpu", fds, "memfd")
+        assert got[1] is None and len(got) == len(items)
+        for a, b in zip(items, got):
+            if a is not None:
+                assert b.dtype == a.dtype and b.shape == a.shape and torch.equal(a, b)
+        assert digest(got) == digest(items)
+        for change in ({"size": desc["size"] + 1}, {"chunk": 50},
+                       {"items": [{**desc["items"][0], "nbytes": 4}]},
+                       {"items": [{**desc["items"][0], "offset": desc["size"]}]}):
+            with pytest.raises(ValueError):
+                transport.receive({**desc, **change}, "cpu", fds, "memfd")
+        with pytest.raises(ValueError):
+            transport.receive(desc, "cpu", fds[:-1], "memfd")
+    finally:
+        for fd in fds:
+            os.close(fd)
+    # over the 256 MiB that one message may hold (base64 inside JSON could not carry it)
+    monkeypatch.setattr(transport, "MEMFD_CHUNK", 128 << 20)
+    big = torch.zeros(70 << 20, dtype=torch.float32)
+    big[-1] = 3.0
+    desc, fds = transport.send_memfd([big])
+    try:
+        assert len(fds) == 3 and desc["size"] == big.numel() * 4
+        (back,) = transport.receive(desc, "cpu", fds, "memfd")
+        assert back.shape == big.shape and float(back[-1]) == 3.0 and float(back.sum()) == 3.0
+    finally:
+        for fd in fds:
+            os.close(fd)
+    del big, back
+    fd = os.memfd_create("open", os.MFD_ALLOW_SEALING)
+    os.write(fd, b"\0" * 12)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+    open_desc = {"transport": "memfd", "size": 12, "chunk": 100,
+                 "items": [{"kind": "tensor", "dtype": "float32", "shape": [3], "offset": 0,
+                            "nbytes": 12}]}
+    try:
+        with pytest.raises(ValueError, match="writable"):
+            transport.receive(open_desc, "cpu", [fd], "memfd")
+    finally:
+        os.close(fd)
+
+
+def test_device_memory_descriptions_that_do_not_match_their_descriptors_are_refused():
+    """cuda_fd's checks made before the driver is asked (so they hold on a machine without a
+    GPU too): an allocation announced with no descriptor, or with two, or descriptors sent
+    beside an empty one."""
+    spec = [{"kind": "tensor", "dtype": "float32", "shape": [4], "offset": 0, "nbytes": 16}]
+    r, w = os.pipe()
+    try:
+        for desc, fds in (({"transport": "cuda_fd", "size": 2 << 20, "bytes": 16,
+                            "items": spec}, []),
+                          ({"transport": "cuda_fd", "size": 2 << 20, "bytes": 16,
+                            "items": spec}, [r, w]),
+                          ({"transport": "cuda_fd", "size": 0, "items": []}, [r])):
+            with pytest.raises(ValueError, match="does not match"):
+                transport.receive(desc, "cpu", fds, "cuda_fd")
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+@pytest.mark.gpu
+def test_device_memory_passes_by_descriptor_and_forgeries_are_refused():
+    """cuda_fd in one process: outputs of several dtypes (and an empty one) come back equal
+    from the descriptor; a descriptor of a smaller allocation than described, and a memory
+    file posing as device memory, are refused (ValueError: `outputs_unreadable`)."""
+    from curate.isolation.protocol import sealed_memfd
+    items = [torch.randn(1000, 3, device="cuda"), None,
+             torch.arange(77, device="cuda", dtype=torch.int64),
+             torch.empty(0, 4, device="cuda", dtype=torch.float16)]
+    desc, fds = transport.send_cuda_fd(items)
+    try:
+        assert desc["transport"] == "cuda_fd" and len(fds) == 1
+        got = transport.receive(desc, "cuda", fds, "cuda_fd")
+        assert got[1] is None and all(torch.equal(a, b) for a, b in
+                                      zip([items[0], items[2], items[3]], [got[0], got[2], got[3]]))
+        assert digest(got) == digest(items)   # on the GPU, as on the CPU
+        assert digest([x.cpu() if x is not None else x for x in items]) == digest(items)
+        with pytest.raises(ValueError):
+            transport.receive({**desc, "size": desc["size"] * 4}, "cuda", fds, "cuda_fd")
+        assert transport.held_bytes() >= desc["size"]  # kept until the judge is done
+        assert transport.release() == 1 and transport.held_bytes() == 0
+    finally:
+        for fd in fds:
+            os.close(fd)
+    fake = sealed_memfd("fake", desc["size"], lambda m: None)
+    try:
+        with pytest.raises(ValueError):
+            transport.receive(desc, "cuda", [fake], "cuda_fd")
+    finally:
+        os.close(fake)
+
+
+def test_meta_sizes_come_from_the_reference_shapes():
+    """The reference's sizes from meta tensors (moved from the warm-up test of test_verify)."""
+    from curate.verify.worker.compile import meta_sizes
+    ref = (FIX / "ref_gelu_residual.py").read_text()
+    sizes = meta_sizes(ref, "t")
+    assert sizes and sizes["inputs"] > 0 and sizes["outputs"] > 0
+    assert meta_sizes("import torch\nclass Model(torch.nn.Module):\n    pass\n", "t") is None
+
+
+def test_torch_own_lazy_patching_is_not_taken_for_tampering(tmp_path):
+    """torch._dynamo wraps torch.manual_seed when first imported (every inductor candidate
+    imports it): a worker must not be replaced for that, but still for a candidate's patch."""
+    code = (
+        "import torch\n"
+        "from curate.verify.worker import main, session\n"
+        "main.setup()\n"
+        "import torch._dynamo, torch._inductor.runtime.triton_heuristics\n"
+        "print('clean', session.tampered_library(), session.tampered_harness())\n"
+        "torch.manual_seed = lambda s: None\n"
+        "print('patched', session.tampered_library())\n"
+        "from curate.verify.worker import calls\n"
+        "calls.plain_outputs = lambda items: None\n"
+        "print('harness', session.tampered_harness())\n")
+    env = {**os.environ, "CURATE_VERIFY_DEVICE": "cpu",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert "clean [] []" in lines
+    assert "patched ['torch.manual_seed']" in lines
+    assert "harness ['calls.plain_outputs']" in lines
+
+
+def test_a_worker_gives_device_memory_back_after_each_task(monkeypatch):
+    """What an idle worker keeps is invisible to the parent's memory gate: after a task its
+    cached blocks are emptied, and a worker still holding more than it exported (beyond 1 GiB)
+    asks to be replaced. The CUDA calls are stood in for: CI has no GPU."""
+    from curate.verify.worker import memory
+    state = {"reserved": 3 << 30, "emptied": 0}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: state.__setitem__(
+        "emptied", state["emptied"] + 1))
+    monkeypatch.setattr(torch.cuda, "ipc_collect", lambda: None)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a: state["reserved"])
+    monkeypatch.setattr(transport, "held_bytes", lambda: 0)
+    res = memory.release_device_memory(m.Compiled())
+    assert state["emptied"] == 1 and res.recycle and res.memory_kept_gb == 3.0
+    assert m.encode(res)["_recycle"] is True   # where the isolation pool reads it
+    monkeypatch.setattr(transport, "held_bytes", lambda: 5 << 29)   # outputs not yet released
+    assert not memory.release_device_memory(m.Finished()).recycle
+    monkeypatch.setattr(transport, "held_bytes", lambda: 0)
+    kept = memory.release_device_memory(m.Finished(), keep_gb=None)  # report only
+    assert not kept.recycle and kept.memory_kept_gb == 3.0
+    assert memory.release_device_memory(m.Finished(), keep_gb=4.0).memory_kept_gb == 3.0
+    assert not memory.release_device_memory(m.Finished(), keep_gb=4.0).recycle
+    state["reserved"] = 100 << 20
+    assert not memory.release_device_memory(m.Finished()).recycle
+
+
+def test_the_poked_set_moves_one_element_of_each_float_tensor_the_same_way_everywhere():
+    from curate.verify.worker.calls import poked
+    base = [torch.randn(4, 6), torch.arange(5), 3.0, torch.randn(6, 4).t(), torch.randn(1)]
+    a, b = poked(base, 11), poked(base, 11)
+    for x, y, z in zip(base, a, b):
+        if isinstance(x, torch.Tensor):
+            assert torch.equal(y, z) and y.shape == x.shape and y.stride() == x.stride()
+    assert sum(int((y != x).sum()) for x, y in zip(base[:1] + base[3:4], a[:1] + a[3:4])) == 2
+    assert a[1] is base[1] and a[2] == 3.0 and a[4] is base[4]  # integers, plain values, 1 elem
+    assert not torch.equal(poked(base, 12)[0], a[0]) or not torch.equal(poked(base, 12)[3], a[3])
+
+
+def test_the_worker_side_imports_nothing_of_the_parent():
+    """verify.worker imports only itself, the shared messages/findings/errors, the isolation
+    worker and program loader (and the Triton interpreter's patch at setup)."""
+    import ast
+    allowed = ("curate.verify.worker", "curate.verify.messages", "curate.verify.findings",
+               "curate.verify.errors", "curate.isolation.worker", "curate.isolation.program",
+               "curate.isolation.protocol", "curate.synth.interpret")
+    root = Path(__file__).resolve().parents[1] / "curate" / "verify" / "worker"
+    for path in root.rglob("*.py"):
+        pkg = ["curate", "verify", "worker", *path.parent.relative_to(root).parts]
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.ImportFrom):
+                base = pkg[:len(pkg) - node.level + 1] if node.level else []
+                mod = ".".join(base + ([node.module] if node.module else []))
+                names = [f"{mod}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.Call) and isinstance(node.args[0] if node.args else None,
+                                                           ast.Constant):
+                if getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module":
+                    names = [node.args[0].value]
+            for name in names:
+                if name.startswith("curate"):
+                    assert name.startswith(allowed), (path.name, name)
+
+
+GPU = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("device, way", [("cpu", "memfd"), pytest.param("cuda", "cuda_fd", marks=GPU),
+                                         pytest.param("cuda", "cuda_ipc", marks=GPU),
+                                         pytest.param("cuda", "memfd", marks=GPU)])
+def test_outputs_pass_between_two_real_workers(tmp_path, device, way):
+    """The handler served by curate.isolation's workers: the candidate's outputs leave with its
+    reply (sealed memory files, device memory by descriptor or CUDA IPC handles), reach the
+    judge with the Compare request, and compare equal with the digest committed to; the same
+    description read as another transport is refused."""
+    from curate.isolation import WorkerPool
+    kw = dict(setup="curate.verify.worker.main:setup", workers=1, timeout=300,
+              env={"CURATE_VERIFY_DEVICE": device}, scratch_root=str(tmp_path))
+    handler = "curate.verify.worker.main:handle"
+    with WorkerPool(handler, **kw) as cands, WorkerPool(handler, **kw) as judges, \
+            cands.hold() as cand, judges.hold() as judge:
+        def call(w, msg, **fd_kw):
+            res = w.call(m.encode(msg), **fd_kw)
+            assert res.ok, (res.status, res.error, res.output[-2000:])
+            return m.decode(res.value, expect=m.REPLIES), res.fds
+
+        if device == "cuda":
+            assert call(cand, m.ProbeCuda())[0].status == "ok"
+        load_kw = dict(device=device, pytorch_code=REF, seed_init=3, seeds=[11, 12], poke=5,
+                       tag="t", gates=False)
+        assert isinstance(call(cand, m.Load(role="candidate", kernel_code=HONEST, **load_kw))[0],
+                          m.Loaded)
+        call(cand, m.Calls(calls=CALLS, check=1))
+        committed = call(cand, m.Digest())[0].digests
+        out, fds = call(cand, m.Fetch(index=0, transport=way), accept_fds=True)
+        try:
+            assert out.outputs["transport"] == way and out.digest == committed[0]
+            assert bool(fds) == (way != "cuda_ipc")
+            assert isinstance(call(judge, m.Load(role="judge", **load_kw))[0], m.Loaded)
+            call(judge, m.Reference(calls=CALLS[:1]))
+            assert call(judge, m.Digest())[0].digests == committed[:1]   # the same bits
+            base = dict(call=CALLS[0], outputs=out.outputs, structure=out.structure)
+            wrong_way = call(judge, m.Compare(transport="inline", **base), fds=fds)[0]
+            got = call(judge, m.Compare(transport=way, digest=committed[0], **base),
+                       fds=fds)[0]
+        finally:
+            for fd in fds:
+                os.close(fd)
+        assert got.ok, got
+        assert not wrong_way.ok and "outputs_unreadable" in [f.reason for f in wrong_way.findings]
+        assert isinstance(call(cand, m.Release())[0], m.Released)
