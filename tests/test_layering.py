@@ -12,6 +12,7 @@ PKG = ROOT / "curate"
 SHARED = {"curate.verify.messages", "curate.verify.findings", "curate.verify.errors"}
 # what a sandboxed verify worker may import from curate besides its own package
 WORKER_MAY = SHARED | {"curate.isolation.worker", "curate.isolation.program",
+                       "curate.isolation.protocol",
                        "curate.synth.interpret", "curate.verify", "curate.verify.worker"}
 MAX_FILE, MAX_FUNC = 400, 60
 

@@ -207,8 +207,7 @@ class Verifier:
     @staticmethod
     def static_findings(kernel_code: str, pytorch_code: str) -> list[Finding]:
         """The static gates' findings (read from the code in this process; nothing runs)."""
-        return [f if isinstance(f, Finding) else Finding(f[0], f[1])
-                for f in static_findings(kernel_code, pytorch_code)]
+        return static_findings(kernel_code, pytorch_code)
 
     def count(self, what: str) -> None:
         with self._lock:

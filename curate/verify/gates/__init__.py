@@ -1,18 +1,8 @@
-"""Gates against deceptive kernels. The static ones (static.py, read in the parent before a row
-is dispatched) are importable here without anything that runs in the worker; `PARENT_CHECKS` /
-`WORKER_CHECKS` (checks.py, which imports the dynamic gates) load only when asked for.
-See docs/threat-model.md for what each gate catches and what it cannot."""
+"""The static gates: read the candidate's code in the parent before a row is dispatched (nothing
+runs). Imports nothing that runs in a worker. The dynamic gates, gathered inside the candidate's
+process, live in curate/verify/worker/gates/. See docs/threat-model.md for what each gate
+catches and what it cannot."""
 
 from .static import FAIL, STATIC_CHECKS, WARN, failed, static_findings, warned
 
-__all__ = ["FAIL", "PARENT_CHECKS", "STATIC_CHECKS", "WARN", "WORKER_CHECKS", "failed",
-           "static_findings", "warned"]
-
-
-def __getattr__(name: str):
-    # the hooks of the current verify read these lists; checks.py imports torch and the
-    # dynamic gates, which the parent side must not load at import time
-    if name in ("PARENT_CHECKS", "WORKER_CHECKS"):
-        from . import checks
-        return getattr(checks, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["FAIL", "STATIC_CHECKS", "WARN", "failed", "static_findings", "warned"]
