@@ -398,8 +398,8 @@ def test_cpu_rows_near_the_threshold_are_timed_again_in_fresh_pairs(cache_dir, m
     fresh process pairs and takes the median pair's figures; without one (verify alone) it is
     timed once. The pairs that time it again still check timed outputs: a candidate that turns
     to zeros from its second process on ends `incorrect`."""
-    from curate.verify import engine
-    monkeypatch.setattr(engine, "RETIME_BAND", 1e9)   # every low counts as near
+    from curate.verify import config
+    monkeypatch.setattr(config, "RETIME_BAND", 1e9)   # every low counts as near
     rows = [pair("cpp_honest", backend="cpp"),
             pair("cheat_when_retimed", backend="cpp")]
     with Verifier(device="cpu", workers=1, timeout=240, cache_dir=cache_dir, gates=False,
@@ -425,7 +425,7 @@ def test_cpu_rows_near_the_threshold_are_timed_again_in_fresh_pairs(cache_dir, m
 def test_memory_gate_lets_a_large_row_wait_for_room():
     import threading
     import time as _time
-    from curate.verify.engine import MemoryGate
+    from curate.verify.scheduler import MemoryGate
     gate = MemoryGate(10.0)
     gate.acquire(8.0)
     entered = []
@@ -446,12 +446,13 @@ def test_rows_out_of_memory_run_again_alone_at_the_end(cache_dir):
                   gates=False) as v:
         v.retry_oom_alone = True
         seen_used = []
-        acquire = v._memory.acquire
+        memory = v.devices[0].memory
+        acquire = memory.acquire
 
         def spy(gb):
             acquire(gb)
-            seen_used.append((gb, v._memory.used))
-        v._memory.acquire = spy
+            seen_used.append((gb, memory.used))
+        memory.acquire = spy
         order = [(rows[i]["id"], r) for i, r in v.verify(rows)]
     assert order[-1][0] == rows[0]["id"]  # answered after everything else
     oom = order[-1][1]
@@ -459,35 +460,35 @@ def test_rows_out_of_memory_run_again_alone_at_the_end(cache_dir):
     assert oom.notes.get("alone_retry") is True
     assert all(not r.notes.get("alone_retry") for _, r in order[:-1])
     # the retry took the whole gate: nothing else held memory beside it
-    assert seen_used[-1] == (v._memory.capacity, v._memory.capacity)
+    assert seen_used[-1] == (memory.capacity, memory.capacity)
     assert {r.status for _, r in order[:-1]} == {"verified", "incorrect"}
 
 
-def test_warm_up_reserves_device_memory_from_the_reference_shapes(cache_dir, tmp_path,
-                                                                  monkeypatch):
-    """Compile ahead with a warm-up (the GPU's path for Triton rows, here on a C++ row): the
-    worker reports the reference's sizes from meta tensors first, and the warm-up runs only
-    under a memory reservation of that size."""
-    from curate.verify.engine import warm_estimate_gb
+def test_rows_reserve_device_memory_from_the_reference_shapes(cache_dir, tmp_path,
+                                                             monkeypatch):
+    """The compile worker reports the reference's sizes from meta tensors (nothing allocated,
+    no forward run: untrusted code never runs under the compiler's limit) and a row reserves
+    device memory by them."""
+    from curate.verify.row import ROW_MEMORY_FACTOR, row_memory_gb
     from curate.verify.worker.compile import meta_sizes
-    monkeypatch.chdir(tmp_path)  # load_module writes the program beside the worker's cwd
+    monkeypatch.chdir(tmp_path)  # the program is written beside the worker's cwd
     ref = (FIX / "ref_gelu_residual.py").read_text()
     sizes = meta_sizes(ref, "t")
     assert sizes and sizes["inputs"] > 0 and sizes["outputs"] > 0
     assert meta_sizes("import torch\nclass Model(torch.nn.Module):\n    pass\n", "t") is None
-    assert warm_estimate_gb(None) == 2.0
-    assert warm_estimate_gb({"inputs": 4, "outputs": 4, "params": 1}) == 13.25
+    assert row_memory_gb(None) == ROW_MEMORY_FACTOR * 0.25
+    assert row_memory_gb({"inputs": 4, "outputs": 4, "params": 1.25}) == \
+        pytest.approx(ROW_MEMORY_FACTOR * (8 + 1.0))
     row = pair("cpp_honest", backend="cpp", ref=(FIX / "ref_scale_add.py").read_text())
     with Verifier(device="cpu", workers=1, cache_dir=cache_dir, compile_workers=1) as v:
+        memory = v.devices[0].memory
         reserved = []
-        acquire = v._memory.acquire
-        v._memory.acquire = lambda gb: (reserved.append(gb), acquire(gb))
-        res = v._compile({**row, "backend": "cpp"}, warm=True)
-        assert res.ok and res.value["status"] == "compiled", (res.status, res.error)
-        assert res.value.get("warmed") is True
-        assert res.value["size_gb"] == meta_sizes(row["pytorch_code"], "t")
-        assert reserved == [warm_estimate_gb(res.value["size_gb"])]
-        assert v._memory.used == 0  # given back after the warm-up
+        acquire = memory.acquire
+        memory.acquire = lambda gb: (reserved.append(gb), acquire(gb))
+        res = v.verify_one(row)
+    assert res.status == "verified", (res.status, res.reasons, res.error)
+    assert reserved == [memory.clamp(row_memory_gb(None))]   # CPU rows are not sized
+    assert memory.used == 0 and "compile_s" in res.notes
 
 
 @pytest.mark.gpu
@@ -496,27 +497,25 @@ def test_gpu_confinement_is_probed_and_confined_workers_verify(cache_dir):
     the decision is recorded, and rows verify under it."""
     rows = [pair("triton_gelu_residual", backend="triton", ref=GELU_REF)]
     with Verifier(device="cuda", workers=1, timeout=300, cache_dir=cache_dir) as v:
-        print("confined:", v.confined, "probe:", v.confine_probe)
-        assert v.confined in (True, False) and v.confine_probe
+        print("confined:", v.confined, "probe:", v.placement.confine_probe)
+        assert v.confined in (True, False) and v.placement.confine_probe
         r = [r for _, r in v.verify(rows)][0]
     assert r.status == "verified", (r.status, r.error)
 
 
 def test_confinement_probe_runs_a_triton_kernel_in_a_confined_worker(cache_dir):
     """The probe that decides Landlock on the GPU, run on the CPU (Triton interpreter)."""
+    from curate.isolation import Limits
     from curate.isolation import confine as landlock
+    from curate.verify import placement as pl
     with Verifier(device="cpu", workers=1, cache_dir=cache_dir, compile_workers=0,
                   confine=False) as v:
         assert v.confined is False  # an explicit choice is kept, no probe
-        env = {"CURATE_VERIFY_DEVICE": "cpu", "TRITON_INTERPRET": "1",
-               "CUDA_VISIBLE_DEVICES": ""}
-        from curate.isolation import Limits
-        ok = v._probe_confined(env, Limits(confine=True, writable=(str(v.tmp),)),
-                               str(v.tmp / "scratch"))
-    if not landlock.supported():
-        assert ok is False and v.confine_probe == "no Landlock"
-    else:
-        assert ok is True and v.confine_probe == "ok", v.confine_probe
+        p = pl.Placement(env=pl.worker_env(v.cfg), scratch=str(v.tmp / "scratch"))
+        if landlock.supported():
+            ok, why = pl.probe_worker(v.cfg, p, None,
+                                      Limits(confine=True, writable=(str(v.tmp),)), 1)
+            assert ok is True, why
 
 
 def test_a_reference_that_is_rounding_noise_is_degenerate_not_the_candidate_wrong(cache_dir):
@@ -572,7 +571,7 @@ def test_device_gate_waits_for_a_hanging_holder_once():
     import threading
     import time
 
-    from curate.verify.engine import DeviceGate
+    from curate.verify.scheduler import DeviceGate
 
     gate = DeviceGate(patience=0.4)
     held, release = threading.Event(), threading.Event()

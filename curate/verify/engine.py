@@ -58,6 +58,9 @@ class Verifier:
         self._env_info = _local_versions()
         self._lock = threading.Lock()
         self._watchdog: Watchdog | None = None
+        # on the GPU, an out-of-memory row may only have met other rows' tensors: run it again
+        # alone on its device at the end (on the CPU the limit is the worker's own)
+        self.retry_oom_alone = self.cfg.device == "cuda"
 
     # -- what callers read -------------------------------------------------------------------
     device = property(lambda self: self.cfg.device)
@@ -165,7 +168,7 @@ class Verifier:
             futs = {ex.submit(self._one, i, row): i for i, row in enumerate(rows)}
             for f in as_completed(futs):
                 res = f.result()
-                if self.cfg.device == "cuda" and "out_of_memory" in res.reasons:
+                if self.retry_oom_alone and "out_of_memory" in res.reasons:
                     crowded.append(futs[f])   # the device was full of other rows' tensors
                     continue
                 yield futs[f], self._count(res)

@@ -72,7 +72,7 @@ def decide(cfg: VerifyConfig, scratch: str, first_gpu: int | None) -> Placement:
     if first_gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(first_gpu)
     p = Placement(env=env, scratch=scratch, limits=limits(cfg, False))
-    check = (lambda wrap: _probe_cuda(cfg, p, wrap, limits(cfg, False), 0)) \
+    check = (lambda wrap: probe_worker(cfg, p, wrap, limits(cfg, False), 0)) \
         if cfg.device == "cuda" else None
     p.wrap, p.sandbox_probe = choose_sandbox(cfg.sandbox, cfg.device,
                                              [scratch, str(cfg.cache_dir)], "verify", check)
@@ -104,7 +104,7 @@ def _decide_confine(cfg: VerifyConfig, p: Placement) -> bool:
         return False
     if cfg.device == "cpu":
         return True
-    ok, why = _probe_cuda(cfg, p, p.wrap, limits(cfg, True), 1)
+    ok, why = probe_worker(cfg, p, p.wrap, limits(cfg, True), 1)
     p.confine_probe = "ok" if ok else why
     if not ok:
         log.warning("verify: workers run without Landlock on this GPU machine (a confined "
@@ -119,7 +119,7 @@ def _probe_pool(cfg: VerifyConfig, p: Placement, wrap, lim: Limits, slot: int) -
                       uid_base=uid_block() + UID_PROBE + slot if wrap else None)
 
 
-def _probe_cuda(cfg: VerifyConfig, p: Placement, wrap, lim: Limits, slot: int
+def probe_worker(cfg: VerifyConfig, p: Placement, wrap, lim: Limits, slot: int
                 ) -> tuple[bool, str | None]:
     """A worker under `wrap` and `lim` initializes CUDA and launches a Triton kernel."""
     pool = _probe_pool(cfg, p, wrap, lim, slot)
