@@ -51,8 +51,18 @@ REASONS: dict[str, tuple[str, str]] = {
     "output_reused": (FAIL, "a call returned the storage of an earlier call"),
     "output_not_plain_tensor": (FAIL, "an output is not a plain, materialized tensor"),
     "timed_output_mismatch": (FAIL, "a timed call's output differs from the reference's"),
-    "timing_disagrees": (FAIL, "a batch's wall time exceeds the per-call times the candidate "
-                               "reported"),
+    "timing_disagrees": (FAIL, "the parent's clock shows the candidate's calls take several "
+                               "times what its process reported"),
+    "work_after_reply": (FAIL, "the candidate reported a batch done and then did more work than "
+                               "the batch itself before it could say what it had computed"),
+    "digest_mismatch": (FAIL, "a checked output is not the one the candidate committed to "
+                              "after its batch"),
+    "protocol_violation": (FAIL, "the candidate's worker answered outside the protocol (its "
+                                 "replies were taken over or rewritten)"),
+    "gate_call_mismatch": (FAIL, "the candidate answered the gates' own calls differently from "
+                                 "the compared calls on the same inputs"),
+    "outputs_unreadable": (FAIL, "the outputs handed to the judge were not readable as the "
+                                 "transport the parent chose"),
     "work_outside_call": (FAIL, "the candidate used CPU time while the reference was timed"),
     "library_patched": (FAIL, "the candidate replaced torch functions"),
     "harness_tampered": (FAIL, "the candidate changed the harness's own functions"),

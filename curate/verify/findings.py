@@ -124,6 +124,7 @@ GATES: dict[str, Gate] = _table(
     Gate("side_stream_unsynced", "worker"),
     Gate("library_patched", "worker"),
     Gate("harness_tampered", "worker"),
+    Gate("gate_call_mismatch", "worker", what="gate calls answered unlike the compared call"),
     Gate("check_failed", "worker", status="runtime_error"),
 )
 
