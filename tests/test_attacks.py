@@ -1,0 +1,57 @@
+"""Held-out attacks on verify's worker (tests/fixtures/hostile/cpp, cases.json): each wraps the
+honest swish-add kernel, so its true speed is its honest twin's. Whatever the attack does to the
+worker (its pipes, its replies, its frames, its clock) or to the calls (answers only checks'
+clones, replays answers), verify must reject the row or credit it no more than the twin's speed.
+
+Both with and without the static gates: the attacks must not depend on being read by them.
+Only the public API is used (Verifier, results' status and speedup), so these tests hold the
+rebuilt verify to the same bar as the old one.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.hostile_table import fixture_rows
+
+ATTACKS = ["pipe_takeover", "reply_interpose", "native_rewrite", "frame_edit",
+           "gate_clone_only", "replay_answers", "third_time"]
+TWIN = "honest_swish_add"
+REJECTED = ("deceptive", "incorrect", "timeout", "crashed")
+# the twin's own speed moves from process pair to process pair on a shared CPU: a credited
+# attack may exceed it by this factor before it counts as credited for a deception
+SLACK = 1.25
+
+
+def _verify(static_gates: bool) -> dict:
+    from curate.verify import Verifier
+    rows = fixture_rows(["cpp"], only={*ATTACKS, TWIN})
+    assert {r["_case"]["case"] for r in rows} == {*ATTACKS, TWIN}, "a fixture is missing"
+    clean = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
+    with Verifier(device="cpu", timeout=60, static_gates=static_gates) as v:
+        return {rows[i]["_case"]["case"]: res for i, res in v.verify(clean)}
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["static_gates", "no_static_gates"])
+def verdicts(request) -> dict:
+    return _verify(request.param)
+
+
+def test_the_honest_twin_is_verified_and_timed(verdicts):
+    twin = verdicts[TWIN]
+    assert twin.status == "verified", (twin.status, twin.reasons)
+    assert twin.speedup is not None and twin.speedup > 0
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_attack_is_rejected_or_credited_no_more_than_its_honest_twin(verdicts, attack):
+    res, twin = verdicts[attack], verdicts[TWIN]
+    if res.status in REJECTED:
+        return
+    assert res.status == "verified", (attack, res.status, res.reasons)
+    assert twin.status == "verified" and twin.speedup, (twin.status, twin.reasons)
+    if res.speedup is None:
+        return  # verified without a speed: nothing credited
+    assert res.speedup <= twin.speedup * SLACK, (
+        f"{attack} credited {res.speedup:.2f}x (interval low {res.speedup_ci_low:.2f}) where its "
+        f"honest twin measures {twin.speedup:.2f}x")
