@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import threading
 import time
 
 log = logging.getLogger("curate")
@@ -35,16 +36,34 @@ class Progress:
                              dynamic_ncols=True)
         elif enabled:
             log.info("%s: started%s", label, f" ({total} rows)" if total else "")
+        self._logged = 0          # rows shown in the last line
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        if enabled and self._bar is None:
+            # rows that finish just after a line are shown one interval later, not only when
+            # the next row finishes (which may be minutes away)
+            threading.Thread(target=self._tick, daemon=True, name="progress").start()
 
     def update(self, n: int = 1) -> None:
-        self.done += n
+        with self._lock:
+            self.done += n
         if self._bar is not None:
             self._bar.update(n)
             return
-        now = time.monotonic()
-        if self.enabled and n and now - self._last_log >= self.interval:
-            self._last_log = now
-            log.info("%s: %s", self.label, self.line(now))
+        if self.enabled and n and time.monotonic() - self._last_log >= self.interval:
+            self._emit()
+
+    def _emit(self) -> None:
+        with self._lock:
+            now = time.monotonic()
+            self._last_log, self._logged = now, self.done
+            text = self.line(now)
+        log.info("%s: %s", self.label, text)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.interval):
+            if self.done != self._logged and time.monotonic() - self._last_log >= self.interval:
+                self._emit()
 
     def line(self, now: float) -> str:
         """'12/30 rows (40%), 0.52 rows/s, ETA 35s'. The rate is a moving average over the
@@ -62,6 +81,7 @@ class Progress:
         return text
 
     def close(self) -> None:
+        self._stop.set()
         if self._bar is not None:
             self._bar.close()
             self._bar = None
