@@ -420,7 +420,7 @@ def main(argv=None) -> int:
                       args.sandbox, on_row=lambda done: save_partial(run1_progress=done),
                       transport=args.transport, devices=devices, timeout=args.timeout)
     print(f"verify run 1: {len(pairs)} pairs in {run1['wall_s']:.1f}s {run1['statuses']} "
-          f"transport={run1['pool']['transport']} recycled={run1['pool']['recycled']} "
+          f"transport={run1['pool']['transport']} replaced={run1['pool']['replaced']} "
           f"phases={run1['phase_median_s']}")
     save_partial(run1=run1)
     run2 = None

@@ -129,6 +129,8 @@ def probe_worker(cfg: VerifyConfig, p: Placement, wrap, lim: Limits, slot: int
         pool.close()
     reply = _decoded(res, (msg.Probed, msg.Failed))
     ok = isinstance(reply, msg.Probed) and reply.status == "ok"
+    if ok and reply.total_gb:
+        p.total_gb = reply.total_gb   # the device's memory, for its memory gate
     return ok, None if ok else (res.error or res.output or getattr(reply, "error", None)
                                 or res.status)[-300:]
 
