@@ -429,7 +429,7 @@ def main(argv=None) -> int:
                           args.sandbox, transport=args.transport, devices=devices,
                           timeout=args.timeout)
         print(f"verify run 2: {len(pairs)} pairs in {run2['wall_s']:.1f}s {run2['statuses']} "
-              f"recycled={run2['pool']['recycled']}")
+              f"replaced={run2['pool']['replaced']}")
         save_partial(run2=run2)
     by_id = {p["id"]: p for p in problems}
     serial_rows = [by_id.get(p.get("ref_id")) or p for p in pairs][: args.serial]
