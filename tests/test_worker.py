@@ -142,6 +142,24 @@ def test_every_request_round_trips_through_the_handler():
     assert isinstance(ask(m.Release()), m.Released)
 
 
+@pytest.mark.parametrize("candidate", ["honest", "wrong"])
+def test_a_judge_that_keeps_no_reference_output_computes_each_again(candidate, monkeypatch):
+    """Large reference outputs are not all kept on the device: each is computed again when its
+    call is compared, with the same verdict as when kept."""
+    from curate.verify.worker import judge
+    monkeypatch.setattr(judge, "KEEP_REFERENCE_BYTES", 0)
+    _, fetched, _ = candidate_outputs(HONEST if candidate == "honest" else WRONG)
+    ask(m.Finish())
+    load("judge")
+    assert isinstance(ask(m.Reference(calls=CALLS)), m.Batch)
+    assert session.current("judge").ref_out == {}
+    oks = [ask(m.Compare(call=call, outputs=out.outputs, structure=out.structure,
+                         transport="inline", digest=out.digest)).ok
+           for call, out in zip(CALLS, fetched)]
+    assert all(oks) if candidate == "honest" else not any(oks)
+    assert ask(m.Finish()).comparison["ok"] is (candidate == "honest")
+
+
 def test_a_wrong_candidate_fails_the_comparison_and_the_judge_says_why():
     _, fetched, _ = candidate_outputs(WRONG)
     ask(m.Finish())

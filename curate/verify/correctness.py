@@ -11,6 +11,10 @@ from ..isolation.freeze import cpu_seconds
 from . import messages as msg
 from .findings import Finding
 
+# on the GPU, outputs larger than this go to the judge through host memory (sealed memory files)
+# rather than device memory: two more device copies of a multi-GiB output can be what a row
+# does not have
+DEVICE_TRANSPORT_BYTES = 2 * 2**30
 IDLE_CPU = (0.02, 0.10)   # a candidate idle while the judge works: < 20 ms or 10% of it
 SETTLE_S = 0.03           # CPU: the candidate's OpenMP threads spin a few ms after its work
 
@@ -39,6 +43,7 @@ def correctness(row, device, cand, judge) -> tuple[list, list, int, bool]:
         run, _ = cand.ask(msg.Calls(calls=calls, check=len(calls), keep=True), "correctness",
                           (msg.Batch,))
     row.res.notes["correctness_s"] = round(cand.last_wall, 3)
+    row.out_bytes = int(run.out_bytes)
     first_unscaled = next(i for i, c in enumerate(calls) if c == [0, 1.0])
     timed = cfg.device == "cuda" or row.backend == "cpp"
     idle = None if timed else {"cpu_s": 0.0, "wall_s": 0.0}
@@ -60,6 +65,8 @@ def judge_call(row, device, cand, judge, index: int, call: list, *, precision: b
     """Output `index` of the candidate's last batch, compared by the judge with the reference's
     output of the same call. False when it differs (the row is then `incorrect`)."""
     transport = row.run.placement.transport
+    if transport.startswith("cuda") and row.out_bytes > DEVICE_TRANSPORT_BYTES:
+        transport = "memfd"
     with device.gate.shared():
         out, fds = cand.ask(msg.Fetch(index=index, transport=transport), phase, (msg.Outputs,),
                             accept_fds=True)

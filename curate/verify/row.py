@@ -49,6 +49,7 @@ class RowRun:
         self.res = VerifyResult()
         self.clock = RowClock(run.budget)
         self.findings: list = []
+        self.out_bytes = 0      # the candidate's output size (chooses how outputs travel)
         self.spent: Counter = Counter()
         self._phase: tuple[str, float] | None = None
         # what the candidate's process can never see: which calls are checked, the scales

@@ -16,7 +16,7 @@ from ...isolation.program import load_program
 from ..errors import classify_exception
 from ..messages import Compare, Compared, Failed, Finished, Load, Loaded, Reply
 from . import transport
-from .calls import CallRunner
+from .calls import CallRunner, output_bytes
 from .clock import TIMERS, flush_for
 from .compare import compare
 from .digest import digest
@@ -47,20 +47,34 @@ def load(req: Load) -> Reply:
     return Loaded(env=env_info(s.device))
 
 
+# reference outputs kept for Compare up to this many bytes a row; larger ones are computed
+# again when their call is compared (one at a time), so that a problem with multi-GiB outputs
+# does not hold every correctness call's output on the device at once
+KEEP_REFERENCE_BYTES = 4 * 2**30
+
+
 def reference(s: Session, calls: list) -> Reply:
-    """The reference's outputs of `calls`, kept for Compare; then the judge checks."""
+    """The reference's outputs of `calls` (kept for Compare while they are small); then the
+    judge checks, which see them all."""
     planned = parse_calls(calls)
     try:
         batch = s.runner.run(planned, keep=True)
     except BaseException as exc:  # noqa: BLE001
         return reference_failed(exc, s.device)
+    outs = {}
     for call, (items, struct) in zip(planned, batch.outputs):
-        s.ref_out[call] = [x.detach() if isinstance(x, torch.Tensor) else x for x in items]
+        outs[call] = [x.detach() if isinstance(x, torch.Tensor) else x for x in items]
         s.ref_struct[call] = struct
-    s.ctx.ref_outputs = list(s.ref_out.values())
+    s.ref_calls = list(outs)
+    s.ctx.ref_outputs = list(outs.values())
     run_hook(s.checks, "after_reference", s.ctx)
     s.ctx.ref_outputs = None
-    return batch_reply(s, batch.ms, batch.outputs)
+    reply = batch_reply(s, batch.ms, batch.outputs)
+    if sum(output_bytes(items) for items, _ in batch.outputs) <= KEEP_REFERENCE_BYTES:
+        s.ref_out.update(outs)
+    else:
+        s.kept = None   # nothing of them stays: each is computed again when compared
+    return reply
 
 
 def calls(s: Session, planned_calls: list, keep: bool) -> Reply:
@@ -123,8 +137,9 @@ def _precision(s: Session, call, ref_items: list, items: list) -> None:
 def finish(s: Session) -> Reply:
     """The row's comparison; when it failed, whether the reference itself is stable (a float32
     reference its own float64 run does not reproduce cannot judge anyone)."""
-    if not s.total.ok and s.gates and s.ref_out:
-        (k, scale), ref_items = next(iter(s.ref_out.items()))
+    if not s.total.ok and s.gates and s.ref_calls:
+        (k, scale) = s.ref_calls[0]
+        ref_items, _ = _reference_of(s, (k, scale))
         unstable = reference_instability(s.ctx.ref_model, s.runner.pristine(k, scale),
                                          ref_items)
         if unstable:

@@ -33,6 +33,7 @@ class Session:
     kept: list | None = None                        # the last batch's (outputs, structure)
     ref_out: dict = field(default_factory=dict)     # judge: (set, scale) -> reference outputs
     ref_struct: dict = field(default_factory=dict)
+    ref_calls: list = field(default_factory=list)   # judge: the correctness calls, in order
     total: Comparison = field(default_factory=Comparison)   # judge: every comparison
     precision: dict = field(default_factory=dict)
     timed_started: bool = False
