@@ -10,8 +10,8 @@ candidate's process are evidence: they may lower the figure, never raise it.
   event times) and how much that cost moves (`spread`).
 - A candidate's implied per-call time is its batch wall time, plus whatever its digest took
   beyond the judge's (work left running after it said the batch was done), over the calls, minus
-  the judge's fixed cost. Where that exceeds what it reported beyond noise, each reported sample
-  of that round is scaled up to it (credited); far beyond (`TIMING_SLACK`) the row fails
+  the judge's fixed cost. Where its median exceeds the reported median beyond noise, every
+  reported sample is scaled up to it (credited); far beyond (`TIMING_SLACK`) the row fails
   `timing_disagrees`.
 """
 
@@ -33,6 +33,7 @@ TIMING_SLACK = {"cpu": (3.0, 2.0), "cuda": (3.0, 0.5)}   # (x ratio, + ms)
 # digest time of the candidate beyond the judge's that is still noise (share of the judge's):
 # processes differ in speed by a factor of their own, most on a shared CPU
 DIGEST_TOLERANCE = {"cpu": 0.5, "cuda": 0.25}
+NOISE_SHARE = 0.1    # the clock's noise allowance, at most this share of the reported time
 SLOW_FACTOR = 10.0   # a candidate 10x slower than the reference is timed with the fewest calls
 
 
@@ -89,7 +90,9 @@ class Credit:
 
 
 def credit(rounds: list[Round], device: str) -> Credit:
-    """The samples a row's speed is computed from, after the parent's clock has had its say."""
+    """The samples a row's speed is computed from, after the parent's clock has had its say:
+    where the clock's median per-call time exceeds the reported median beyond measured noise,
+    every reported sample is scaled up to it (never down)."""
     out = Credit()
     if not rounds:
         return out
@@ -101,21 +104,21 @@ def credit(rounds: list[Round], device: str) -> Credit:
     for r in rounds:
         n = max(len(r.cand_ms), 1)
         excess = max(0.0, r.cand_digest_s - r.ref_digest_s * (1 + tol))
-        imp = 1e3 * ((r.cand_wall + excess) / n - overhead)
-        rep = sum(r.cand_ms) / n
-        allow = 1e3 * 4 * spread
-        factor = max(1.0, (imp - allow) / rep) if rep > 0 else 1.0
-        out.cand_ms.extend(ms * factor for ms in r.cand_ms)
-        out.ref_ms.extend(r.ref_ms)
-        implied.append(imp)
-        reported.append(rep)
+        implied.append(1e3 * ((r.cand_wall + excess) / n - overhead))
+        reported.append(sum(r.cand_ms) / n)
         excess_all.append(excess)
+        out.ref_ms.extend(r.ref_ms)
     imp, rep = statistics.median(implied), statistics.median(reported)
+    # noise: how much the harness's fixed cost moves, at most a tenth of the reported time (a
+    # fixed cost as large as a tiny kernel's must not let a third of its time pass as noise)
+    allow = min(4e3 * spread, NOISE_SHARE * rep)
+    factor = max(1.0, (imp - allow) / rep) if rep > 0 else 1.0
+    out.cand_ms = [ms * factor for r in rounds for ms in r.cand_ms]
     out.check = {"reported_ms": round(rep, 5), "wall_ms": round(imp, 5),
                  "overhead_ms": round(1e3 * overhead, 5),
                  "overhead_spread_ms": round(1e3 * spread, 5),
                  "after_reply_ms": round(1e3 * statistics.median(excess_all), 5),
-                 "credited_ms": round(float(np.median(out.cand_ms)), 5) if out.cand_ms else None}
+                 "credited_factor": round(factor, 4)}
     ratio, extra = TIMING_SLACK[device]
     if imp > ratio * rep + extra + 4e3 * spread:
         out.findings.append(Finding("timing_disagrees", "fail",
