@@ -20,6 +20,17 @@ def pytest_addoption(parser):
                           "$CURATE_KERNELBENCH or ../shared/data/kernelbench")
 
 
+GPU_TEST_LIMIT_S = 120   # each GPU test's own limit, unless it names one (pytest-timeout)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every GPU test gets a time limit of its own, so that one hang cannot take the whole
+    `pytest -m gpu` run with it."""
+    for item in items:
+        if item.get_closest_marker("gpu") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(GPU_TEST_LIMIT_S))
+
+
 @pytest.fixture(scope="session")
 def kernelbench_dir(request) -> Path:
     opt = request.config.getoption("--kernelbench")
