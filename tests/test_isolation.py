@@ -166,9 +166,9 @@ def test_synth_fork_server_on_the_gpu_leaves_inductor_to_each_worker():
     """On a CUDA build, importing inductor's compile_fx initializes CUDA: the GPU synth fork
     server preloads only what verify's (which runs CUDA in its forked workers) preloads."""
     from curate.synth import inductor
-    from curate.verify import engine
+    from curate.verify import placement
     assert "torch._inductor.compile_fx" not in inductor.PRELOAD["cuda"]
-    assert set(inductor.PRELOAD["cuda"]) <= set(engine.PRELOAD)
+    assert set(inductor.PRELOAD["cuda"]) <= set(placement.PRELOAD)
 
 
 def test_compiler_names_and_the_deadline_that_credits_them():

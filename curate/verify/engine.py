@@ -209,8 +209,14 @@ class Verifier:
 
     @staticmethod
     def static_findings(kernel_code: str, pytorch_code: str) -> list[Finding]:
-        """The static gates' findings (read from the code in this process; nothing runs)."""
-        return static_findings(kernel_code, pytorch_code)
+        """The static gates' findings (read from the code in this process; nothing runs). A
+        gate that breaks fails the row closed: a gate that could not run has not passed."""
+        try:
+            return static_findings(kernel_code, pytorch_code)
+        except Exception as exc:  # noqa: BLE001 - a broken gate costs its row, never the run
+            log.error("verify: the static gates failed: %s", traceback.format_exc())
+            return [Finding("check_failed:static", "fail", "runtime_error",
+                            f"{type(exc).__name__}: {exc}"[:300])]
 
     def count(self, what: str) -> None:
         with self._lock:

@@ -34,8 +34,8 @@ def probe_cuda(req: ProbeCuda) -> Probed:
     mod = load_program(PROBE_KERNEL, "curate_probe_cuda")
     mod.add_one[(4,)](x, x.numel(), BLOCK=256)
     sync(req.device)
-    _, total = torch.cuda.mem_get_info()
-    return Probed(status="ok" if float(x.sum()) == 1000.0 else "error", total_gb=total / 2**30)
+    total = torch.cuda.mem_get_info()[1] / 2**30 if req.device == "cuda" else None
+    return Probed(status="ok" if float(x.sum()) == 1000.0 else "error", total_gb=total)
 
 
 def probe_send(req: ProbeSend) -> Probed:
