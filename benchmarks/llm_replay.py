@@ -245,7 +245,7 @@ def verify_main(args) -> int:
 
 def _serve(port: int) -> subprocess.Popen:
     """The replay server, answering once /v1/models does."""
-    server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "llmserver.py"), "--replay",
+    server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "support" / "llmserver.py"), "--replay",
                                str(REPLAY), "--port", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(50):

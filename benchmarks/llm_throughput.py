@@ -1,6 +1,6 @@
 """Requests per second of synth-llm's client against the loopback OpenAI server.
 
-The server (tests/llmserver.py --fixed CHARS) runs in a process of its own, so that the figure
+The server (tests/support/llmserver.py --fixed CHARS) runs in a process of its own, so that the figure
 is the client's: AsyncOpenAI behind curate's semaphore, retries and reply parsing, and the
 response-cache writes the step does for every reply. Streaming and whole-body replies, at the
 concurrency given (64 by default).
@@ -40,7 +40,7 @@ def free_port() -> int:
 
 def start_server(chars: int) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "llmserver.py"), "--fixed",
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "support" / "llmserver.py"), "--fixed",
                              str(chars), "--port", str(port)], stdout=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/v1"
     for _ in range(100):
@@ -118,7 +118,7 @@ def main() -> None:
               f"{r['concurrency']:>5} {r['requests_per_s']:>8} {r['latency_p50_ms']:>8} "
               f"{r['latency_p99_ms']:>8} {r['client_cpu_ms_per_request']:>18}")
     doc = {"benchmark": "llm_throughput", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "reply_chars": args.reply_chars, "load_average": os.getloadavg(), "server": "tests/llmserver.py (ThreadingHTTPServer, "
+           "reply_chars": args.reply_chars, "load_average": os.getloadavg(), "server": "tests/support/llmserver.py (ThreadingHTTPServer, "
            "its own process)", "hardware": host(), "versions": versions(), "results": results}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")

@@ -483,7 +483,7 @@ def test_evalset_from_a_hub_dataset_is_read_once_then_from_the_cache(tmp_path, m
     import pyarrow.parquet as pq
     from huggingface_hub import HfApi
     sys.path.insert(0, str(Path(__file__).parent))
-    from hubserver import HubServer, Token
+    from tests.support.hubserver import HubServer, Token
     server = HubServer({"hf_w": Token("alice", orgs=["kb"])}).start()
     try:
         monkeypatch.setenv("HF_ENDPOINT", server.url)

@@ -373,7 +373,7 @@ def _recycling_allocator(values):
 def recycled_handle(task):
     """Worker side: the gates' check_candidate on one candidate, the output memory of every
     call recycled from the call before it when task['recycled']."""
-    from tests.gates_handlers import _load
+    from tests.support.gates_handlers import _load
     integrity.begin_row()
     ref = _load(task["pytorch_code"], "ref")
     ref_model = ref.Model(*ref.get_init_inputs())
@@ -423,7 +423,7 @@ def recycled_results():
              for c, r in RECYCLED_RUNS]
     env = {"TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     with WorkerPool("tests.test_gate_false_positives:recycled_handle",
-                    setup="tests.gates_handlers:setup", workers=2, timeout=180, env=env) as pool:
+                    setup="tests.support.gates_handlers:setup", workers=2, timeout=180, env=env) as pool:
         return {RECYCLED_RUNS[i]: r for i, r in pool.map(tasks)}
 
 

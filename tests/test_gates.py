@@ -233,7 +233,7 @@ def unused_kernel(x_ptr):
 # -- reference degeneracy ----------------------------------------------------------------------
 
 def test_degeneracy_names_constant_and_tiny_references():
-    from tests.gates_handlers import reference_findings
+    from tests.support.gates_handlers import reference_findings
     x = [torch.randn(8, 8) for _ in range(3)]
     const = [torch.ones(8, 8) for _ in x]
     assert ("reference_ignores_inputs", "fail") in reference_findings(const)
@@ -291,7 +291,7 @@ def gate_results():
     tasks = [{"pytorch_code": REFS[CASES[n]["ref"]],
               "kernel_code": (HOSTILE / b / f"{n}.py").read_text()} for b, n in names]
     env = {"TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    with WorkerPool("tests.gates_handlers:handle", setup="tests.gates_handlers:setup",
+    with WorkerPool("tests.support.gates_handlers:handle", setup="tests.support.gates_handlers:setup",
                     workers=2, timeout=120, env=env) as pool:
         return {names[i]: r for i, r in pool.map(tasks)}
 
@@ -406,7 +406,7 @@ needs_landlock = pytest.mark.skipif(not confine.supported(),
 @pytest.fixture
 def confined(tmp_path):
     env = {"PYTHONPATH": str(ROOT)}
-    with WorkerPool("tests.gates_handlers:probe", workers=1, timeout=30, env=env,
+    with WorkerPool("tests.support.gates_handlers:probe", workers=1, timeout=30, env=env,
                     limits=Limits(confine=True), scratch_root=str(tmp_path)) as pool:
         yield pool
 
@@ -449,7 +449,7 @@ def test_token_files_are_redacted_from_worker_replies(tmp_path, monkeypatch):
     token = tmp_path / "token"
     token.write_text("hf_canary_abcdefgh12345")
     monkeypatch.setenv("HF_TOKEN_PATH", str(token))
-    with WorkerPool("tests.gates_handlers:probe", workers=1, timeout=30,
+    with WorkerPool("tests.support.gates_handlers:probe", workers=1, timeout=30,
                     env={"PYTHONPATH": str(ROOT)}) as pool:
         res = pool.run({"kind": "read", "path": str(token)})
     assert res.ok and res.value["content"] == "[redacted]"

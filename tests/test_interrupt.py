@@ -96,7 +96,7 @@ def _leftovers(out: Path) -> list[str]:
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
                          ids=["ctrl-c", "sigterm"])
 def test_interrupted_build_stops_cleanly_and_the_rerun_resumes(tmp_path, sig, code):
-    spec = _pipeline(tmp_path, "tests.pipeline_steps:SlowTag", 0.05)
+    spec = _pipeline(tmp_path, "tests.support.pipeline_steps:SlowTag", 0.05)
     out = tmp_path / "b"
     proc = _build(spec, out)
     _wait_mid_stage(proc, out)
@@ -157,7 +157,7 @@ def test_ctrl_c_stops_within_10s_even_when_a_step_will_not_let_go(tmp_path):
 
 
 def test_what_a_killed_run_left_in_stages_is_removed_by_the_rerun(tmp_path):
-    spec = _pipeline(tmp_path, "tests.pipeline_steps:SlowTag", 0.02)
+    spec = _pipeline(tmp_path, "tests.support.pipeline_steps:SlowTag", 0.02)
     out = tmp_path / "b"
     proc = _build(spec, out)
     _wait_mid_stage(proc, out)
@@ -176,7 +176,7 @@ def test_a_stage_being_rewritten_is_not_taken_as_finished(tmp_path):
     """Its marker goes before its files change: a run killed between the two cannot leave new
     files under the old stage's marker."""
     from curate.pipeline.runner import Runner, stage_paths
-    from tests.pipeline_steps import SlowTag
+    from tests.support.pipeline_steps import SlowTag
 
     inp = _inputs(tmp_path)
     runner = Runner(tmp_path / "b")

@@ -7,7 +7,7 @@ import pytest
 
 from curate.isolation import Limits, WorkerPool, scrubbed_env
 
-HANDLER = "tests.isolation_handlers:handle"
+HANDLER = "tests.support.isolation_handlers:handle"
 
 
 @pytest.fixture
@@ -113,7 +113,7 @@ def test_workers_never_inherit_the_parents_compile_caches(tmp_path, monkeypatch)
     cache folder of its own (under the sandbox another uid's folder is not writable)."""
     from curate.isolation.pool import WorkerPool
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "parents"))
-    with WorkerPool("tests.isolation_handlers:handle", workers=1, timeout=30,
+    with WorkerPool("tests.support.isolation_handlers:handle", workers=1, timeout=30,
                     scratch_root=str(tmp_path)) as pool:
         env = pool.call({"kind": "env"}).value["env"]
     assert env["TORCHINDUCTOR_CACHE_DIR"] != str(tmp_path / "parents")
@@ -127,8 +127,8 @@ def test_memory_files_pass_from_one_worker_to_another_sealed(tmp_path, fork_serv
     the reader, and descriptors that a task did not ask for are closed at once."""
     from curate.isolation import protocol
     kw = dict(workers=1, timeout=30, scratch_root=str(tmp_path), fork_server=fork_server)
-    with WorkerPool("tests.isolation_handlers:handle", **kw) as a, \
-            WorkerPool("tests.isolation_handlers:handle", **kw) as b:
+    with WorkerPool("tests.support.isolation_handlers:handle", **kw) as a, \
+            WorkerPool("tests.support.isolation_handlers:handle", **kw) as b:
         with a.hold() as sender, b.hold() as reader:
             got = sender.call({"kind": "memfd_out", "value": "sealed bytes"}, accept_fds=True)
             assert got.ok and len(got.fds) == 1, (got.status, got.error)
@@ -243,7 +243,7 @@ def test_a_holds_env_is_in_the_worker_before_its_setup_runs(tmp_path, monkeypatc
     monkeypatch.setenv("PYTHONPATH", os.getcwd())
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     pin = {"CUDA_VISIBLE_DEVICES": "3", "TRITON_CACHE_DIR": str(tmp_path / "row-cache")}
-    with WorkerPool(HANDLER, workers=1, timeout=30, setup="tests.isolation_handlers:setup",
+    with WorkerPool(HANDLER, workers=1, timeout=30, setup="tests.support.isolation_handlers:setup",
                     scratch_root=str(tmp_path), fork_server=fork_server) as pool:
         assert "CUDA_VISIBLE_DEVICES" not in pool.call({"kind": "setup_env"}).value["env"]
         with pool.hold(env=pin) as w:

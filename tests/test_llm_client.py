@@ -1,4 +1,4 @@
-"""synth-llm's client against a real OpenAI-protocol server on loopback (tests/llmserver.py):
+"""synth-llm's client against a real OpenAI-protocol server on loopback (tests/support/llmserver.py):
 streaming and not, every fault a real server shows, and the replay folder's picking rules."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from llmserver import NO_CODE, LLMServer, Replay, backend_of  # noqa: E402
+from tests.support.llmserver import NO_CODE, LLMServer, Replay, backend_of  # noqa: E402
 
 from curate.synth.llm.client import (  # noqa: E402
     Backoff,

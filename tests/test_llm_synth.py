@@ -1,4 +1,4 @@
-"""`curate synth llm` and the synth-llm step against the loopback server (tests/llmserver.py):
+"""`curate synth llm` and the synth-llm step against the loopback server (tests/support/llmserver.py):
 the rows it writes, the response cache, refinement turns on the CPU, resume after SIGKILL,
 and a whole build (synth-llm -> dedup -> verify -> select -> keep) on replayed replies."""
 
@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
-from llmserver import LLMServer, Replay  # noqa: E402
+from tests.support.llmserver import LLMServer, Replay  # noqa: E402
 
 from curate.cli import main  # noqa: E402
 from curate.tableio import read_rows  # noqa: E402

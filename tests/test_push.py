@@ -1,4 +1,4 @@
-"""`curate push` against a Hub on loopback (tests/hubserver.py): commit, resume, errors, load."""
+"""`curate push` against a Hub on loopback (tests/support/hubserver.py): commit, resume, errors, load."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from curate.hub.shards import list_shards
 from curate.tableio import read_rows
 
 sys.path.insert(0, str(Path(__file__).parent))
-from hubserver import HubServer, Token  # noqa: E402
+from tests.support.hubserver import HubServer, Token  # noqa: E402
 from test_card import make_build  # noqa: E402
 
 WRITE, READ = "hf_write_token", "hf_read_token"

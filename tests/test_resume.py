@@ -38,7 +38,7 @@ device: cpu
 source:
   ingest: {{paths: ["{tmp_path / 'input.parquet'}"]}}
 steps:
-  - tests.pipeline_steps:SlowTag: {{delay: 0.05}}
+  - tests.support.pipeline_steps:SlowTag: {{delay: 0.05}}
 """)
     return spec
 

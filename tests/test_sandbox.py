@@ -225,7 +225,7 @@ def _sandboxed_pool(tmp_path, uid_base):
     why = probe("cpu")
     if why:
         pytest.skip(f"needs root and bubblewrap: {why}")
-    return WorkerPool("tests.isolation_handlers:handle", workers=1, timeout=30, fresh=True,
+    return WorkerPool("tests.support.isolation_handlers:handle", workers=1, timeout=30, fresh=True,
                       fork_server=["json"], sandbox=bwrap_argv([str(tmp_path)], "cpu"),
                       uid_base=uid_base, scratch_root=str(tmp_path))
 
@@ -295,7 +295,7 @@ import sys, tempfile, threading, time
 from curate.isolation.pool import WorkerPool
 from curate.isolation.sandbox import bwrap_argv
 d = tempfile.mkdtemp(dir=sys.argv[1])
-pool = WorkerPool("tests.isolation_handlers:handle", workers=1, timeout=300, fresh=True,
+pool = WorkerPool("tests.support.isolation_handlers:handle", workers=1, timeout=300, fresh=True,
                   fork_server=["json"], sandbox=bwrap_argv([d], "cpu"),
                   uid_base=int(sys.argv[2]), scratch_root=d)
 threading.Thread(target=lambda: pool.call({"kind": "hang"}), daemon=True).start()

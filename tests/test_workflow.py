@@ -22,7 +22,7 @@ from curate.pipeline.single import run_single
 from curate.tableio import read_rows, write_rows
 
 sys.path.insert(0, str(Path(__file__).parent))
-from hubserver import HubServer, Token  # noqa: E402
+from tests.support.hubserver import HubServer, Token  # noqa: E402
 from test_card import _pairs, make_build  # noqa: E402
 from test_dedup import EVALSET, PROGRAM, _evalset_rows, row  # noqa: E402
 

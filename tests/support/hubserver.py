@@ -544,7 +544,7 @@ class HubServer:
         self.stop()
 
 
-if __name__ == "__main__":  # manual use: python tests/hubserver.py  (token: hf_local, user: me, org: org)
+if __name__ == "__main__":  # manual use: python tests/support/hubserver.py  (token: hf_local, user: me, org: org)
     import sys
     srv = HubServer({"hf_local": Token("me", orgs=["org"])}).start()
     print(f"HF_ENDPOINT={srv.url} HF_TOKEN=hf_local HF_HUB_DISABLE_XET=1", flush=True)

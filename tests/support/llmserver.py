@@ -14,7 +14,7 @@ the test, or a replay folder (tests/fixtures/llm_replay/, see `Replay`).
     server.url  # -> http://127.0.0.1:PORT/v1
     server.stop()
 
-Run as a program to serve a replay folder: python3 tests/llmserver.py --replay DIR --port 8011
+Run as a program to serve a replay folder: python3 tests/support/llmserver.py --replay DIR --port 8011
 """
 
 from __future__ import annotations
