@@ -44,7 +44,7 @@ BENCHES = [
     Bench("hostile", ["benchmarks/hostile_table.py", "--device", "cuda", "--out", "{out}"], 300,
           headline="fixture_counts"),
     Bench("hostile_mix", ["benchmarks/hostile_table.py", "--mix", "--device", "cuda",
-                          "--kernelbench", "{kb}", "--n", "16", "--pairs-cache",
+                          "--kernelbench", "{kb}", "--n", "40", "--pairs-cache",
                           "{dir}/kb_pairs.jsonl", "--out", "{out}"], 540, needs_kb=True,
           headline="summary.honest_same_status,summary.honest,summary.hostile_rejected,"
                    "summary.hostile,summary.mixed_over_solo"),
@@ -56,7 +56,8 @@ BENCHES = [
                        "--candidates", "{dir}/kb_candidates.parquet", "--out", "{out}"], 570,
           needs_kb=True, headline="candidates.rows,candidates.false_positive_rate"),
     Bench("verify_throughput", ["benchmarks/verify_throughput.py", "--kernelbench", "{kb}",
-                                "--device", "cuda", "--n", "60", "--serial", "15",
+                                "--device", "cuda", "--n", "70", "--serial", "15",
+                                "--timeout", "60",
                                 "--deadline", "{deadline}", "--sandbox", "auto",
                                 "--pairs-out", "{dir}/tp_pairs.jsonl", "--out", "{out}"], 600,
           needs_kb=True, headline="figures"),
