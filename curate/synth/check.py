@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -85,15 +86,10 @@ def check_candidate(pytorch_code: str, kernel_code: str, *, device: str = "cpu",
         ref_p, cand_p = Path(d, "reference.py"), Path(d, "candidate.py")
         ref_p.write_text(pytorch_code)
         cand_p.write_text(kernel_code)
-        pkg_root = str(Path(__file__).resolve().parents[2])
-        full_env = {**os.environ, **(env or {})}
-        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [pkg_root,
-                                                               full_env.get("PYTHONPATH")]))
         cmd = [sys.executable, "-m", "curate.synth.check", str(ref_p), str(cand_p),
                "--device", device, "--atol", str(atol), "--rtol", str(rtol)]
         try:
-            proc = subprocess.run(cmd, cwd=d, env=full_env, capture_output=True, text=True,
-                                  timeout=timeout)
+            proc = _run(cmd, d, env, timeout)
         except subprocess.TimeoutExpired:
             return {"ok": False, "error": "timeout", "status": "timeout"}
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -103,6 +99,27 @@ def check_candidate(pytorch_code: str, kernel_code: str, *, device: str = "cpu",
         res = json.loads(lines[-1])
         res.setdefault("status", "ok" if res.get("ok") else "mismatch")
         return res
+
+
+def _run(cmd: list[str], cwd: str, env: dict | None, timeout: float):
+    """The check's own process: credentials scrubbed from its environment, a session of its
+    own, and on timeout its whole process group killed (anything the candidate started too)."""
+    from ..isolation import scrubbed_env
+    full_env = scrubbed_env(env)
+    pkg_root = str(Path(__file__).resolve().parents[2])
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [pkg_root, full_env.get("PYTHONPATH")]))
+    proc = subprocess.Popen(cmd, cwd=cwd, env=full_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, _ = proc.communicate()
+        raise subprocess.TimeoutExpired(cmd, timeout, output=out) from exc
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def setup() -> None:
@@ -142,15 +159,10 @@ def check_many(pairs: list[tuple[str, str]], *, device: str = "cpu", atol: float
             Path(d, f"cand{i}.py").write_text(cand)
             items.append([str(Path(d, f"ref{i}.py")), str(Path(d, f"cand{i}.py"))])
         Path(d, "batch.json").write_text(json.dumps(items))
-        pkg_root = str(Path(__file__).resolve().parents[2])
-        full_env = {**os.environ, **(env or {})}
-        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [pkg_root,
-                                                               full_env.get("PYTHONPATH")]))
         cmd = [sys.executable, "-m", "curate.synth.check", "--batch", str(Path(d, "batch.json")),
                "--device", device, "--atol", str(atol), "--rtol", str(rtol)]
         try:
-            proc = subprocess.run(cmd, cwd=d, env=full_env, capture_output=True, text=True,
-                                  timeout=timeout)
+            proc = _run(cmd, d, env, timeout)
             out = proc.stdout
         except subprocess.TimeoutExpired as exc:
             out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
