@@ -14,6 +14,8 @@ import re
 import time
 from collections.abc import Callable
 
+from .freeze import children
+
 COMPILERS = frozenset({"cc1plus", "cc1", "g++", "gcc", "c++", "cc", "clang", "clang++", "ld",
                        "ld.gold", "ld.bfd", "ld.lld", "collect2", "as", "ninja", "nvcc", "cicc",
                        "ptxas", "fatbinary", "nvlink", "cudafe++"})
@@ -43,31 +45,16 @@ def _names(pid: int) -> list[str]:
     return names
 
 
-def _children(pid: int) -> list[int]:
-    kids: list[int] = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return kids
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as fh:
-                kids.extend(int(k) for k in fh.read().split())
-        except (OSError, ValueError):
-            continue
-    return kids
-
-
 def compiling(pid: int) -> bool:
     """Whether a descendant of `pid` (not `pid` itself: the worker runs the untrusted code) is
     a compiler now."""
-    todo = [(kid, 1) for kid in _children(pid)]
+    todo = [(kid, 1) for kid in children(pid)]
     while todo:
         p, depth = todo.pop()
         if any(is_compiler(n) for n in _names(p)):
             return True
         if depth < _MAX_DEPTH:
-            todo.extend((kid, depth + 1) for kid in _children(p))
+            todo.extend((kid, depth + 1) for kid in children(p))
     return False
 
 

@@ -75,6 +75,22 @@ def _signal(pgid: int, sig: int) -> bool:
         return False
 
 
+def children(pid: int) -> list[int]:
+    """The child processes of `pid` (of every one of its threads), from /proc."""
+    kids: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return kids
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                kids.extend(int(k) for k in fh.read().split())
+        except (OSError, ValueError):
+            continue
+    return kids
+
+
 def cpu_seconds(pid: int, _depth: int = 0) -> float | None:
     """CPU time of process `pid`, all its threads and its descendants, from the scheduler's
     nanosecond counters; read from outside, so the process cannot hide work that runs while it
@@ -88,11 +104,9 @@ def cpu_seconds(pid: int, _depth: int = 0) -> float | None:
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
                 total += int(fh.read().split()[0]) / 1e9
-            with open(f"/proc/{pid}/task/{tid}/children") as fh:
-                kids = [int(k) for k in fh.read().split()]
         except (OSError, ValueError, IndexError):
             continue
-        if _depth < 4:
-            for kid in kids:
-                total += cpu_seconds(kid, _depth + 1) or 0.0
+    if _depth < 4:
+        for kid in children(pid):
+            total += cpu_seconds(kid, _depth + 1) or 0.0
     return total
