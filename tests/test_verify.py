@@ -518,6 +518,23 @@ def test_confinement_probe_runs_a_triton_kernel_in_a_confined_worker(cache_dir):
             assert ok is True, why
 
 
+def test_a_scale_invariant_program_is_not_taken_for_stale_outputs(cache_dir):
+    """The gates' second call uses another trial's inputs, not the same inputs scaled: the
+    examples' cosine-similarity loss ignores the scale of its inputs, and its honest inductor
+    candidate ended `stale_output` in a build whenever the run's secret drew scales whose
+    outputs rounded alike. It verifies; a stale candidate beside it is still caught."""
+    from curate.verify.worker.gates.dynamic import other_call
+    assert other_call(0, 1.25, 3) == (1, 1.25) and other_call(2, 1.0, 3) == (0, 1.0)
+    ref = (Path(__file__).resolve().parents[1] / "examples" /
+           "19_cosine_similarity_loss.py").read_text()
+    rows = [pair("cpp_cosine_similarity_loss", backend="cpp", ref=ref), pair("stale_cache")]
+    with Verifier(device="cpu", workers=1, cache_dir=cache_dir) as v:
+        res = {rows[i]["id"]: r for i, r in v.verify(rows)}
+    honest = res["cpp_cosine_similarity_loss"]
+    assert honest.status == "verified", (honest.status, honest.reasons, honest.error)
+    assert res["stale_cache"].status == "deceptive", res["stale_cache"].reasons
+
+
 def test_a_reference_that_is_rounding_noise_is_degenerate_not_the_candidate_wrong(cache_dir):
     """A float32 reference that its own float64 run does not reproduce within tolerance cannot
     judge a candidate: `degenerate_reference` + `reference_unstable`, not `incorrect`. A wrong

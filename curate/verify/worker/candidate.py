@@ -84,6 +84,7 @@ def _build(s: Session, req: Load) -> None:
     ctx.ref_model, ctx.new_model = ref_model, new_model
     sets = base_sets(ctx.ref_module, req.seeds, device, req.poke)
     s.use_runner(CallRunner(new_model, sets, device, TIMERS, flush_for(device)))
+    s.ctx.input_sets = len(req.seeds)
     run_hook(s.checks, "after_import", ctx)
 
 

@@ -23,6 +23,15 @@ def cuda_kernel_names(code: str | None) -> list[str]:
     return sorted(set(_CUDA_KERNEL_NAME.findall(code or "")))
 
 
+def other_call(k: int, scale: float, sets: int) -> tuple[int, float]:
+    """Call b: another trial's input set, as the parent's calls name them. Not the same set at
+    another scale: a program whose output does not change with the scale of its inputs
+    (cosine similarity, a normalization) would look stale to the gates."""
+    if sets > 1:
+        return (k + 1) % sets, scale
+    return k, other_scale(scale)
+
+
 def other_scale(scale: float) -> float:
     """Call b's scale: by the parent's own rule (1 + m / 2**14, m in 1..4096) and far from
     call a's, so that the two calls' values differ well past any tolerance."""
@@ -82,7 +91,7 @@ class DynamicGates:
         scale = float(getattr(call, "scale", 1.0))
         if ctx.call_inputs is not None and ctx.pristine is not None:
             calls = GateCalls(ctx.call_inputs, ctx.pristine, (call.seed, scale),
-                              (call.seed, other_scale(scale)))
+                              other_call(call.seed, scale, ctx.input_sets))
         else:  # a worker without a runner: the watched call's own inputs, and no call b
             calls = GateCalls.of_lists(call.pristine, None)
         expected = [t.detach().clone() for t in call.outputs if hasattr(t, "detach")]
