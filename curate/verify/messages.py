@@ -82,7 +82,6 @@ class Load(Message):
     tag: str = "x"
     gates: bool = True
     extensions_dir: str = ""
-    keep_idle_gb: typing.Optional[float] = 1.0
 
 
 @dataclass

@@ -184,8 +184,7 @@ class RowRun:
             seed_init=seed_of(cfg.seed, key, "init"),
             seeds=[seed_of(cfg.seed, key, "trial", i) for i in range(cfg.trials)],
             poke=seed_of(cfg.seed, key, "poke"), tag=key[:8], gates=cfg.gates,
-            extensions_dir=self.run.row_cache(self.row)["TORCH_EXTENSIONS_DIR"],
-            keep_idle_gb=cfg.keep_idle_gb)
+            extensions_dir=self.run.row_cache(self.row)["TORCH_EXTENSIONS_DIR"])
 
     def _finish(self, device, cand: Side, judge: Side, first: bool) -> None:
         """Closing gates in the candidate's worker, then the judge's comparison of the whole
