@@ -18,9 +18,10 @@ ATTACKS = ["pipe_takeover", "reply_interpose", "native_rewrite", "frame_edit",
            "gate_clone_only", "replay_answers", "third_time"]
 TWIN = "honest_swish_add"
 REJECTED = ("deceptive", "incorrect", "timeout", "crashed")
-# the twin's own speed moves from process pair to process pair on a shared CPU: a credited
-# attack may exceed it by this factor before it counts as credited for a deception
-SLACK = 1.25
+# the twin's own speed moves from process pair to process pair on a shared CPU (by up to 30%
+# between fresh pairs on 2 cores): a credited attack may exceed it by this factor before it
+# counts as credited for a deception; every attack here claims 3x or more
+SLACK = 1.5
 
 
 def _verify(static_gates: bool) -> dict:
