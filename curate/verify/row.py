@@ -188,17 +188,16 @@ class RowRun:
 
     def _finish(self, device, cand: Side, judge: Side, first: bool) -> None:
         """Closing gates in the candidate's worker, then the judge's comparison of the whole
-        row: the verdict."""
+        pass (every correctness call and every timed call it checked): the verdict."""
         with device.gate.shared():
             cand.ask(msg.Finish(keep_idle_gb=self.cfg.keep_idle_gb), "verdict",
                      (msg.Finished,))
             done, _ = judge.ask(msg.Finish(keep_idle_gb=self.cfg.keep_idle_gb), "verdict",
                                 (msg.Finished,))
-        if not first:
-            return
         cmp = done.comparison or {}
-        self.res.max_abs_err, self.res.max_rel_err = cmp.get("max_abs_err"), \
-            cmp.get("max_rel_err")
+        if first:
+            self.res.max_abs_err, self.res.max_rel_err = cmp.get("max_abs_err"), \
+                cmp.get("max_rel_err")
         if not cmp.get("ok") or self.res.status == "incorrect":
             self.res.correct = False
             apply_findings(self.findings, self.res)
@@ -206,10 +205,9 @@ class RowRun:
                 self._end("incorrect", *(cmp.get("reasons") or ["output_mismatch"]),
                           error=cmp.get("detail"))
             raise RowOver
-        self.res.correct = True
         if apply_findings(self.findings, self.res):
             raise RowOver
-        self.res.status = "verified"
+        self.res.correct, self.res.status = True, "verified"
 
     # -- helpers ------------------------------------------------------------------------------
     def side(self, worker, role: str) -> Side:

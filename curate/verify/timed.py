@@ -16,7 +16,6 @@ from . import messages as msg
 from .budget import BATCH_HOLD_S
 from .correctness import IDLE_CPU, SETTLE_S, judge_call, scale
 from .findings import Finding
-from .sides import RowOver
 from .timing import FETCHES, Round, credit, plan as make_plan, speedup_ci
 
 
@@ -46,8 +45,7 @@ def timed_rounds(row, device, cand, judge, cand_ms: list, ref_ms: list, out_byte
             i = rng.randrange(plan.per_batch)
             if not judge_call(row, device, cand, judge, i, calls[i], digest=c_digs[i],
                               phase="timing"):
-                row.res.reason("timed_output_mismatch")
-                raise RowOver
+                return   # the judge's comparison of the pass decides it: `incorrect`
     row.res.timed_wall_s += time.monotonic() - t_start
     _decide(row, cand, rounds, idle, plan)
 
