@@ -162,3 +162,57 @@ def test_device_gate_writer_waits_only_for_young_readers():
         with gate.exclusive():
             waited = time.monotonic() - t0
     assert 0.15 < waited < 2.0
+
+
+# -- what the parent decides before anything runs ----------------------------------------------
+class _Run:
+    """The engine's shared state, as much of it as a row's precheck reads."""
+
+    def __init__(self, device: str):
+        from curate.verify.config import VerifyConfig
+        from curate.verify.watch import InFlight
+        self.cfg = VerifyConfig(device=device, devices=[0] if device == "cuda" else None)
+        self.budget = Budget(self.cfg.timeout, self.cfg.compile_timeout)
+        self.secret = b"0" * 16
+        self.inflight = InFlight()
+
+    @staticmethod
+    def static_findings(kernel_code, pytorch_code):
+        return []
+
+
+REF_CODE = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n" \
+           "        return x\n"
+
+
+@pytest.mark.parametrize("device,backend,reason", [("cuda", "cpp", "cpp_needs_cpu"),
+                                                    ("cpu", "cuda", "cuda_needs_gpu")])
+def test_a_pair_its_device_cannot_time_is_unsupported_with_the_fix(device, backend, reason):
+    from curate.verify.row import RowRun
+    from curate.verify.sides import RowOver
+    row = RowRun(_Run(device), 0, {"pytorch_code": REF_CODE, "kernel_code": "x = 1\n",
+                                   "backend": backend})
+    with pytest.raises(RowOver):
+        row._precheck()
+    assert row.res.status == "unsupported" and row.res.reasons == [reason]
+    assert "--device" in row.res.error
+
+
+def test_devices_are_parsed_and_refused_with_a_reason():
+    from curate.verify.config import parse_devices
+    assert parse_devices("0,2,3") == [0, 2, 3] and parse_devices(None) is None
+    for bad in ("a", "0,0", "-1"):
+        with pytest.raises(ValueError, match="--devices"):
+            parse_devices(bad)
+
+
+def test_the_watchdog_sees_only_rows_in_flight():
+    from curate.verify.watch import InFlight
+    seen = InFlight()
+    seen.enter(1, "compiling ahead")
+    seen.enter(2, "candidate calls")
+    seen.enter(1, "waiting for device memory")     # a row is in one phase at a time
+    assert seen.phases() == {"waiting for device memory": 1, "candidate calls": 1}
+    seen.leave(1)
+    seen.leave(2)
+    assert not seen.phases() and seen.finished == 2 and seen.summary() == "nothing"
