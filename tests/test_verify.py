@@ -518,6 +518,19 @@ def test_confinement_probe_runs_a_triton_kernel_in_a_confined_worker(cache_dir):
             assert ok is True, why
 
 
+def test_a_candidate_that_hangs_in_its_timed_calls_holds_the_device_only_briefly(cache_dir):
+    """A timed batch holds its device alone, so its limit is a few times what it was planned
+    to take (at least 5 s), not the row's whole timing budget: the row ends `timeout` in
+    seconds while an honest row beside it verifies."""
+    rows = [pair("cpp_hang_when_timed", backend="cpp"), pair("cpp_honest", backend="cpp")]
+    with Verifier(device="cpu", workers=2, timeout=100, cache_dir=cache_dir, gates=False) as v:
+        res = {rows[i]["id"]: r for i, r in v.verify(rows)}
+    hung = res["cpp_hang_when_timed"]
+    assert hung.status == "timeout", (hung.status, hung.reasons, hung.error)
+    assert hung.notes["budget_s"].get("timing", 0) < 30, hung.notes["budget_s"]
+    assert res["cpp_honest"].status == "verified"
+
+
 def test_a_scale_invariant_program_is_not_taken_for_stale_outputs(cache_dir):
     """The gates' second call uses another trial's inputs, not the same inputs scaled: the
     examples' cosine-similarity loss ignores the scale of its inputs, and its honest inductor

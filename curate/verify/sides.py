@@ -34,10 +34,13 @@ class Side:
         return self.worker.pid
 
     def ask(self, request: msg.Message, phase: str, expect: tuple, *, fds=None,
-            accept_fds: bool = False, compiler_grace: float = 0.0):
+            accept_fds: bool = False, compiler_grace: float = 0.0, cap: float | None = None):
         """Send `request`; the reply if it is one of `expect` and not a failure. Returns
-        `(reply, fds)`: descriptors that came with it belong to the caller."""
+        `(reply, fds)`: descriptors that came with it belong to the caller. `cap` bounds this
+        request below the phase's budget (a timed batch that holds the device alone)."""
         limit = self.clock.limit(phase)
+        if cap is not None:
+            limit = min(limit, cap)
         if limit <= 0:
             self._end("timeout", f"{phase}_deadline",
                       error=f"the row's {phase} budget was spent before its {request.kind}")

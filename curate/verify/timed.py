@@ -16,7 +16,9 @@ from . import messages as msg
 from .budget import BATCH_HOLD_S
 from .correctness import IDLE_CPU, SETTLE_S, judge_call, scale
 from .findings import Finding
-from .timing import FETCHES, Round, credit, plan as make_plan, speedup_ci
+from .timing import FETCHES, Round, credit, plan as make_plan, speedup_ci, typical_ms
+
+BATCH_CAP_MIN_S, BATCH_CAP_FACTOR = 5.0, 10.0   # a timed request's limit: 10x its plan, >= 5 s
 
 
 def timed_rounds(row, device, cand, judge, cand_ms: list, ref_ms: list, out_bytes: int) -> None:
@@ -26,6 +28,10 @@ def timed_rounds(row, device, cand, judge, cand_ms: list, ref_ms: list, out_byte
     fetch_rounds = set(rng.sample(range(1, plan.rounds), min(FETCHES, plan.rounds - 1)))
     rounds: list[Round] = []
     idle = {"cpu_s": 0.0, "wall_s": 0.0}
+    # a batch (or its digest) that takes far longer than planned holds the device alone: it is
+    # the row's timeout, not every other row's wait
+    cap = max(BATCH_CAP_MIN_S, BATCH_CAP_FACTOR * plan.per_batch *
+              max(typical_ms(cand_ms), typical_ms(ref_ms)) / 1e3)
     t_start = time.monotonic()
     for r in range(plan.rounds):
         calls = [[rng.randrange(cfg.trials), scale(rng)] for _ in range(plan.per_batch)]
@@ -35,7 +41,7 @@ def timed_rounds(row, device, cand, judge, cand_ms: list, ref_ms: list, out_byte
         with device.gate.exclusive(), _quiet(row, {cand.pid, judge.pid}):
             row.phase("timing")
             for side in order:
-                seen[side.role] = _batch(row, side, cand, calls, idle)
+                seen[side.role] = _batch(row, side, cand, calls, idle, cap)
         if r == 0:
             continue   # warm-up
         (c_wall, c_ms, c_dig, c_digs), (j_wall, j_ms, j_dig, _) = seen["candidate"], seen["judge"]
@@ -50,15 +56,17 @@ def timed_rounds(row, device, cand, judge, cand_ms: list, ref_ms: list, out_byte
     _decide(row, cand, rounds, idle, plan)
 
 
-def _batch(row, side, cand, calls: list, idle: dict) -> tuple[float, list, float, list]:
+def _batch(row, side, cand, calls: list, idle: dict, cap: float
+           ) -> tuple[float, list, float, list]:
     """One side's timed batch and its digest, each on the parent's clock. While the judge
     runs, the candidate's process must be idle (its CPU time is read from /proc)."""
     if side.role == "judge" and row.cfg.device == "cpu":
         time.sleep(SETTLE_S)   # the candidate's OpenMP threads go to sleep first
     cpu0 = cpu_seconds(cand.pid) if side.role == "judge" else None
-    batch, _ = side.ask(msg.Calls(calls=calls, timed=True, keep=True), "timing", (msg.Batch,))
+    batch, _ = side.ask(msg.Calls(calls=calls, timed=True, keep=True), "timing", (msg.Batch,),
+                        cap=cap)
     wall = side.last_wall
-    digests, _ = side.ask(msg.Digest(), "timing", (msg.Digests,))
+    digests, _ = side.ask(msg.Digest(), "timing", (msg.Digests,), cap=cap)
     if cpu0 is not None:
         cpu1 = cpu_seconds(cand.pid)
         if cpu1 is not None:
