@@ -52,13 +52,12 @@ def test_plan_measures_a_far_slower_candidate_with_the_fewest_calls():
 
 
 # -- what a row is credited ------------------------------------------------------------------
-def _rounds(cand_true_ms, cand_reported_ms, n=8, digest_extra_s=0.0, overhead_s=0.001):
+def _rounds(cand_true_ms, cand_reported_ms, n=8, overhead_s=0.001):
     out = []
     for _ in range(6):
         out.append(Round(ref_wall=n * (2.0 + 0.0) / 1e3 + overhead_s * n, ref_ms=[2.0] * n,
                          cand_wall=n * cand_true_ms / 1e3 + overhead_s * n,
-                         cand_ms=[cand_reported_ms] * n, ref_digest_s=0.002,
-                         cand_digest_s=0.002 + digest_extra_s))
+                         cand_ms=[cand_reported_ms] * n))
     return out
 
 
@@ -79,12 +78,16 @@ def test_a_third_of_the_true_time_beyond_slack_fails_the_row():
     assert [f.reason for f in got.findings] == ["timing_disagrees"]
 
 
-def test_work_left_for_after_the_reply_is_credited_to_the_batch():
-    # answers the batch at once, does the work while the parent asks for the digest
-    got = credit(_rounds(cand_true_ms=0.01, cand_reported_ms=0.01, digest_extra_s=0.008),
-                 "cuda")
-    assert min(got.cand_ms) > 0.9   # 8 calls' worth of work (1 ms each) back on the batch
-    assert "work_after_reply" in [f.reason for f in got.findings]
+def test_a_worker_that_answers_without_the_harness_gains_nothing_by_skipping_it():
+    # answers each batch at once (no harness loop) with a fifth of its time as its report: it is
+    # charged at least the harness's cost of its calls, so the fixed cost subtracted from every
+    # batch cannot turn into speed for it
+    rounds = _rounds(cand_true_ms=0.0, cand_reported_ms=0.01, overhead_s=0.05e-3)
+    for r in rounds:
+        r.cand_wall = 0.0
+    got = credit(rounds, "cpu")
+    assert min(got.cand_ms) == pytest.approx(0.01)   # nothing below what it reported
+    assert got.check["wall_ms"] == pytest.approx(0.0, abs=1e-9)
 
 
 # -- verdict rules ---------------------------------------------------------------------------

@@ -53,8 +53,6 @@ REASONS: dict[str, tuple[str, str]] = {
     "timed_output_mismatch": (FAIL, "a timed call's output differs from the reference's"),
     "timing_disagrees": (FAIL, "the parent's clock shows the candidate's calls take several "
                                "times what its process reported"),
-    "work_after_reply": (FAIL, "the candidate reported a batch done and then did more work than "
-                               "the batch itself before it could say what it had computed"),
     "digest_mismatch": (FAIL, "a checked output is not the one the candidate committed to "
                               "after its batch"),
     "protocol_violation": (FAIL, "the candidate's worker answered outside the protocol (its "

@@ -104,7 +104,6 @@ GATES: dict[str, Gate] = _table(
     Gate("precision_below_reference", "judge"),
     Gate("timed_output_mismatch", "judge", what="a timed call's output differs from the reference"),
     Gate("timing_disagrees", "judge", what="reported times below what the parent's clock shows"),
-    Gate("work_after_reply", "judge", what="outputs finished after the batch was reported done"),
     Gate("work_outside_call", "judge", what="the candidate's process works while it should idle"),
     Gate("digest_mismatch", "judge", what="a fetched output is not the one committed to"),
     Gate("protocol_violation", "judge", what="the worker's replies are not the protocol's"),

@@ -94,7 +94,8 @@ class Reference(Message):
 @dataclass
 class Calls(Message):
     """Run the loaded model on `calls`; the first `check` are watched by the worker's gates.
-    Outputs are kept for `digest` and `fetch` until the next batch."""
+    Outputs are kept for `digest` and `fetch` until the next batch; a `timed` batch that keeps
+    them replies with their digests."""
     kind = "calls"
     calls: list = field(default_factory=list)
     check: int = 0
@@ -183,11 +184,14 @@ class Loaded(Reply):
 
 @dataclass
 class Batch(Reply):
-    """What a batch of calls reports. `ms` is evidence only: the parent's clock decides."""
+    """What a batch of calls reports. `ms` is evidence only: the parent's clock decides. A timed
+    batch that keeps its outputs also commits to them before it replies (`digests`, one per
+    call), so that no work of the batch can be left for after the parent's clock stops."""
     kind = "batch"
     ms: list = field(default_factory=list)
     structure: typing.Optional[str] = None
     out_bytes: int = 0
+    digests: list = field(default_factory=list)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """A row's timing phase, driven and clocked by the parent. Each round times one batch of the
 reference (judge) and one of the candidate on the same calls, alternating which goes first,
-each batch alone on its device (on the CPU with every other worker stopped), then asks each
-side for the digest of the batch's outputs inside the same exclusive window. Calls whose
+each batch alone on its device (on the CPU with every other worker stopped); each side replies
+with the digests of its batch's outputs, inside the parent's clock. Calls whose
 outputs are checked are picked with the run's secret after the round; the judge checks both the
 output and that it is the one the candidate committed to. `timing.credit` turns what the parent
 saw into the samples the speedup is computed from."""
@@ -28,7 +28,7 @@ def timed_rounds(row, device, cand, judge, cand_ms: list, ref_ms: list, out_byte
     fetch_rounds = set(rng.sample(range(1, plan.rounds), min(FETCHES, plan.rounds - 1)))
     rounds: list[Round] = []
     idle = {"cpu_s": 0.0, "wall_s": 0.0}
-    # a batch (or its digest) that takes far longer than planned holds the device alone: it is
+    # a batch that takes far longer than planned holds the device alone: it is
     # the row's timeout, not every other row's wait
     cap = max(BATCH_CAP_MIN_S, BATCH_CAP_FACTOR * plan.per_batch *
               max(typical_ms(cand_ms), typical_ms(ref_ms)) / 1e3)
@@ -44,9 +44,8 @@ def timed_rounds(row, device, cand, judge, cand_ms: list, ref_ms: list, out_byte
                 seen[side.role] = _batch(row, side, cand, calls, idle, cap)
         if r == 0:
             continue   # warm-up
-        (c_wall, c_ms, c_dig, c_digs), (j_wall, j_ms, j_dig, _) = seen["candidate"], seen["judge"]
-        rounds.append(Round(ref_wall=j_wall, ref_ms=j_ms, cand_wall=c_wall, cand_ms=c_ms,
-                            ref_digest_s=j_dig, cand_digest_s=c_dig))
+        (c_wall, c_ms, c_digs), (j_wall, j_ms, _) = seen["candidate"], seen["judge"]
+        rounds.append(Round(ref_wall=j_wall, ref_ms=j_ms, cand_wall=c_wall, cand_ms=c_ms))
         if r in fetch_rounds:
             i = rng.randrange(plan.per_batch)
             if not judge_call(row, device, cand, judge, i, calls[i], digest=c_digs[i],
@@ -57,26 +56,25 @@ def timed_rounds(row, device, cand, judge, cand_ms: list, ref_ms: list, out_byte
 
 
 def _batch(row, side, cand, calls: list, idle: dict, cap: float
-           ) -> tuple[float, list, float, list]:
-    """One side's timed batch and its digest, each on the parent's clock. While the judge
-    runs, the candidate's process must be idle (its CPU time is read from /proc)."""
+           ) -> tuple[float, list, list]:
+    """One side's timed batch, with the digests of its outputs, on the parent's clock. While
+    the judge runs, the candidate's process must be idle (its CPU time is read from /proc)."""
     if side.role == "judge" and row.cfg.device == "cpu":
         time.sleep(SETTLE_S)   # the candidate's OpenMP threads go to sleep first
     cpu0 = cpu_seconds(cand.pid) if side.role == "judge" else None
     batch, _ = side.ask(msg.Calls(calls=calls, timed=True, keep=True), "timing", (msg.Batch,),
                         cap=cap)
     wall = side.last_wall
-    digests, _ = side.ask(msg.Digest(), "timing", (msg.Digests,), cap=cap)
     if cpu0 is not None:
         cpu1 = cpu_seconds(cand.pid)
         if cpu1 is not None:
             idle["cpu_s"] += max(0.0, cpu1 - cpu0)
             idle["wall_s"] += wall
-    if len(batch.ms) != len(calls) or len(digests.digests) != len(calls):
+    if len(batch.ms) != len(calls) or len(batch.digests) != len(calls):
         side.take([Finding("protocol_violation", "fail",
-                           detail=f"{len(batch.ms)} times and {len(digests.digests)} digests "
+                           detail=f"{len(batch.ms)} times and {len(batch.digests)} digests "
                                   f"for {len(calls)} calls")])
-    return wall, [float(x) for x in batch.ms], side.last_wall, list(digests.digests)
+    return wall, [float(x) for x in batch.ms], list(batch.digests)
 
 
 def _decide(row, cand, rounds: list[Round], idle: dict, plan) -> None:

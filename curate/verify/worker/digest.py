@@ -33,28 +33,27 @@ def _words(t: torch.Tensor) -> torch.Tensor:
 def _sums(t: torch.Tensor) -> tuple[int, int, int]:
     """The words' sum, and their row and column sums weighted by position, modulo 2**64. The
     words are read as rows of ROW: a value moved to another position changes its row's or its
-    column's sum. Two reductions a chunk and no temporary as large as the output: the digest
-    costs about two reads of it."""
+    column's sum. Reductions on the tensor's device (int64 arithmetic wraps modulo 2**64, the
+    same in any order), one read back: about two reads of the output, no temporary its size."""
     words = _words(t)
-    n = words.numel()
-    plain = by_row = by_col = 0
-    cols = [0] * ROW
+    n, dev = words.numel(), words.device
     full = n - n % ROW
+    acc = torch.zeros(2, dtype=torch.int64, device=dev)      # plain, by row
+    cols = torch.zeros(ROW, dtype=torch.int64, device=dev)
     for start in range(0, full, CHUNK):
         block = words[start:min(start + CHUNK, full)].view(-1, ROW)
-        rows = block.sum(dim=1, dtype=torch.int64).tolist()
-        first = start // ROW
-        by_row += sum((first + r + 1) * v for r, v in enumerate(rows))
-        plain += sum(rows)
-        for c, v in enumerate(block.sum(dim=0, dtype=torch.int64).tolist()):
-            cols[c] += v
-    tail = words[full:].to(torch.int64).tolist()
-    plain += sum(tail)
-    by_row += (full // ROW + 1) * sum(tail)
-    for c, v in enumerate(tail):
-        cols[c] += v
-    by_col = sum((c + 1) * v for c, v in enumerate(cols))
-    return plain & _MASK, by_row & _MASK, by_col & _MASK
+        rows = block.sum(dim=1, dtype=torch.int64)
+        first = start // ROW + 1
+        weights = torch.arange(first, first + rows.numel(), dtype=torch.int64, device=dev)
+        acc += torch.stack([rows.sum(), (rows * weights).sum()])
+        cols += block.sum(dim=0, dtype=torch.int64)
+    if full < n:
+        tail = words[full:].to(torch.int64)
+        acc += torch.stack([tail.sum(), tail.sum() * (full // ROW + 1)])
+        cols[: tail.numel()] += tail
+    by_col = (cols * torch.arange(1, ROW + 1, dtype=torch.int64, device=dev)).sum()
+    plain, by_row, col = torch.cat([acc, by_col.reshape(1)]).tolist()
+    return plain & _MASK, by_row & _MASK, col & _MASK
 
 
 def _item_text(index: int, x) -> str:

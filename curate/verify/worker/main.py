@@ -17,6 +17,7 @@ import torch
 from ..errors import classify_exception
 from ..messages import (
     REQUESTS,
+    Batch,
     Calls,
     Compare,
     Compile,
@@ -108,13 +109,24 @@ def _dispatch(req) -> Reply:
     role = session.current_role()
     s = session.current(role)
     if isinstance(req, Calls):
-        return candidate.calls(s, req) if role == "candidate" else judge.calls(s, req.calls,
-                                                                               req.keep)
+        return _timed_digests(s, req, candidate.calls(s, req) if role == "candidate"
+                              else judge.calls(s, req.calls, req.keep))
     if isinstance(req, Digest):
         return _digests(s)
     if isinstance(req, Finish):
         return candidate.finish(s) if role == "candidate" else judge.finish(s)
     raise ValueError(f"no handler for {type(req).__name__}")
+
+
+def _timed_digests(s: session.Session, req: Calls, reply: Reply) -> Reply:
+    """A timed batch commits to its outputs in its own reply (inside the parent's clock)."""
+    if not (req.timed and req.keep and isinstance(reply, Batch)):
+        return reply
+    got = _digests(s)
+    if not isinstance(got, Digests):
+        return got
+    reply.digests = got.digests
+    return reply
 
 
 def _digests(s: session.Session) -> Reply:
