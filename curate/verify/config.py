@@ -75,6 +75,7 @@ class VerifyConfig:
     keep_idle_gb: float | None = 1.0
     sandbox: str = "auto"
     threshold: float | None = None
+    second_shape: str = "auto"            # auto (not for static compiles), all, off
 
     def __post_init__(self):
         if self.device not in DEVICES:
@@ -86,6 +87,8 @@ class VerifyConfig:
                              f"not {self.transport!r}")
         if self.transport.startswith("cuda") and self.device != "cuda":
             raise ValueError(f"transport {self.transport} needs device cuda")
+        if self.second_shape not in ("auto", "all", "off"):
+            raise ValueError(f"second_shape must be auto, all or off, not {self.second_shape!r}")
         if self.sandbox not in SANDBOX_MODES:
             raise ValueError(f"sandbox must be auto, strict or off, not {self.sandbox!r}")
         if self.timeout <= 0 or self.compile_timeout < 0 or self.trials < 1:
@@ -124,7 +127,8 @@ class VerifyConfig:
         """What keys the ledger: the settings that change a verdict (not how outputs travel,
         not which GPU: a row's verdict must not depend on either)."""
         out = {"device": self.device, "trials": self.trials, "seed": self.seed,
-               "time_budget": self.time_budget, "min_timed": self.min_timed, "gates": self.gates}
+               "time_budget": self.time_budget, "min_timed": self.min_timed, "gates": self.gates,
+               "second_shape": self.second_shape}
         if self.cpu_threads:
             out["cpu_threads"] = self.cpu_threads
         if self.retime_pairs:

@@ -27,6 +27,7 @@ from .budget import Budget
 from .config import VerifyConfig, visible_gpus
 from .findings import Finding
 from .gates import static_findings
+from .record import assemble
 from .placement import UID_COMPILE, UID_DEVICES, UID_PER_DEVICE, Placement, decide
 from .result import STATUSES, VerifyResult, infer_backend  # noqa: F401 - re-exported
 from .row import RowRun
@@ -182,8 +183,10 @@ class Verifier:
 
     def _one(self, index: int, row: dict, exclusive: bool = False) -> VerifyResult:
         t0 = time.monotonic()
+        run = None
         try:
-            res = RowRun(self, index, row, exclusive).verify()
+            run = RowRun(self, index, row, exclusive)
+            res = run.verify()
         except Exception as exc:  # a harness bug costs the row, loudly
             log.error("verify failed on row %s: %s", row.get("id"), traceback.format_exc())
             res = VerifyResult(status="runtime_error", reasons=["harness_error"],
@@ -197,6 +200,10 @@ class Verifier:
                 setattr(res, k, v)
         if self.cfg.device == "cpu":
             res.gpu = None
+        try:
+            res.verification = assemble(self, row, run, res)
+        except Exception:  # noqa: BLE001 - a record that cannot be written costs the record
+            log.error("verify: no record for row %s: %s", row.get("id"), traceback.format_exc())
         return res
 
     def _count(self, res: VerifyResult) -> VerifyResult:

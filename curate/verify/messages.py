@@ -178,8 +178,11 @@ class Compiled(Reply):
 
 @dataclass
 class Loaded(Reply):
+    """`inputs`: the judge's description of its input sets (per set, per argument: shape,
+    dtype, value range), for the row's verification record."""
     kind = "loaded"
     env: dict = field(default_factory=dict)
+    inputs: list = field(default_factory=list)
 
 
 @dataclass

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 STATUSES = ("verified", "incorrect", "deceptive", "compile_error", "runtime_error", "timeout",
-            "crashed", "degenerate_reference", "reference_error", "unsupported")
+            "crashed", "degenerate_reference", "reference_error", "unsupported",
+            "shape_specialized")
 BACKENDS = ("triton", "cuda", "cpp")
 
 
@@ -29,6 +30,7 @@ class VerifyResult:
     cuda_version: str | None = None
     sandbox: str | None = None
     error: str | None = None
+    verification: str | None = None   # the row's verification record (JSON, record.py)
     # not columns: what the run cost
     seconds: float = 0.0
     timed_wall_s: float = 0.0
@@ -38,7 +40,7 @@ class VerifyResult:
 
     COLUMNS = ("status", "correct", "max_abs_err", "max_rel_err", "speedup", "speedup_ci_low",
                "speedup_ci_high", "ref_ms", "kernel_ms", "gpu", "torch_version",
-               "triton_version", "cuda_version", "sandbox", "error")
+               "triton_version", "cuda_version", "sandbox", "error", "verification")
 
     def columns(self) -> dict:
         return {k: getattr(self, k) for k in self.COLUMNS}

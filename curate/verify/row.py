@@ -14,6 +14,7 @@ from ..record import row_key
 from . import messages as msg
 from .budget import RowClock
 from .correctness import correctness
+from .resized import second_pass
 from .result import BACKENDS, VerifyResult, infer_backend
 from .sides import RowOver, Side
 from .timed import timed_rounds
@@ -52,6 +53,7 @@ class RowRun:
         self.out_bytes = 0      # the candidate's output size (chooses how outputs travel)
         self.spent: Counter = Counter()
         self._phase: tuple[str, float] | None = None
+        self.where: str | None = None
         # what the candidate's process can never see: which calls are checked, the scales
         self.rng = random.Random(f"{run.secret.hex()}:{self.key}")
 
@@ -67,6 +69,7 @@ class RowRun:
                 self.phase("waiting for device memory")
                 with device.memory.reserve(need):
                     self._pairs(device)
+                    second_pass(self, device)
         except RowOver:
             pass
         self.phase(None)
@@ -161,9 +164,9 @@ class RowRun:
             self.phase("ending workers")
         return plan if self.res.speedup is not None else None
 
-    def _load(self, device, cand: Side, judge: Side) -> None:
-        """Start both workers (fork, CUDA's start-up), load the candidate, then the judge."""
-        for side in (cand, judge):
+    def _load(self, device, *sides: Side) -> None:
+        """Start both workers (fork, CUDA's start-up) and load them, in the order given."""
+        for side in sides:
             self.phase(f"starting the {side.role} worker")
             try:
                 side.worker.start()
@@ -174,6 +177,9 @@ class RowRun:
             with gate:
                 reply, _ = side.ask(self.load_request(side.role), "load", (msg.Loaded,))
             self.run.remember_env(reply.env)
+            if side.role == "judge":   # the trusted side's view, for the row's record
+                self.res.notes.setdefault("judge_env", reply.env)
+                self.res.notes.setdefault("inputs", reply.inputs)
 
     def load_request(self, role: str) -> msg.Load:
         cfg, key = self.cfg, self.key
@@ -198,6 +204,7 @@ class RowRun:
         if first:
             self.res.max_abs_err, self.res.max_rel_err = cmp.get("max_abs_err"), \
                 cmp.get("max_rel_err")
+            self.res.notes["outputs"] = cmp.get("outputs") or []
         if not cmp.get("ok") or self.res.status == "incorrect":
             self.res.correct = False
             apply_findings(self.findings, self.res)
@@ -232,4 +239,5 @@ class RowRun:
             self.spent[name.split(" (")[0]] += now - since
         self._phase = (what, now) if what is not None else None
         if what is not None:
+            self.where = what   # the phase a row that ends here ended in (its record says)
             self.run.inflight.enter(self.index, what)

@@ -22,7 +22,7 @@ class Verify(Step):
                  compile_workers: int | None = None, compile_timeout: float = 300.0,
                  devices: str | list | None = None, cache_dir: str | None = None,
                  memory_gb: float | None = None, sandbox: str = "auto",
-                 threshold: float | None = None):
+                 threshold: float | None = None, second_shape: str = "auto"):
         if device == "auto":
             from ..pipeline.config import detect_device
             device = detect_device()
@@ -33,7 +33,7 @@ class Verify(Step):
                                  seed=seed, time_budget=time_budget,
                                  compile_workers=compile_workers, compile_timeout=compile_timeout,
                                  devices=devices, memory_gb=memory_gb, sandbox=sandbox,
-                                 threshold=threshold, **options)
+                                 threshold=threshold, second_shape=second_shape, **options)
         self.device = device
         ngpus = len(devices) if devices else 1
         self.resources = Resources(cpus=os.cpu_count() or 1,

@@ -85,6 +85,7 @@ def _decide(row, cand, rounds: list[Round], idle: dict, plan) -> None:
     got = credit(rounds, cfg.device)
     res.notes["timing_check"] = got.check
     res.timed_trials = len(got.ref_ms)
+    res.notes["samples_ms"] = {"ref": list(got.ref_ms), "kernel": list(got.cand_ms)}
     cand.take(got.findings)
     sp = speedup_ci(got.ref_ms, got.cand_ms, seed=row.rng.randrange(2**31),
                     rounds=[(r.ref_ms, c) for r, c in _per_round(rounds, got.cand_ms)])

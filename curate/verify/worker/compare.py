@@ -59,6 +59,8 @@ class Comparison:
     max_abs_err: float = 0.0
     max_rel_err: float = 0.0
     detail: str = ""
+    outputs: list = field(default_factory=list)   # per output: tolerances and worst errors
+    rel_norm: float = 0.0
 
     def fail(self, reason: str, detail: str = "") -> None:
         self.ok = False
@@ -76,6 +78,13 @@ class Comparison:
         self.detail = self.detail or other.detail
         self.max_abs_err = _nanmax(self.max_abs_err, other.max_abs_err)
         self.max_rel_err = _nanmax(self.max_rel_err, other.max_rel_err)
+        for o in other.outputs:
+            mine = next((m for m in self.outputs if m["index"] == o["index"]), None)
+            if mine is None:
+                self.outputs.append(dict(o))
+                continue
+            for k in ("max_abs_err", "max_rel_err", "rel_norm"):
+                mine[k] = _nanmax(mine.get(k) or 0.0, o.get(k) or 0.0)
 
 
 def _nanmax(a: float, b: float) -> float:
@@ -95,7 +104,14 @@ def compare(ref: list, cand: list, ref_structure: str | None = None,
         c.fail("output_count_mismatch", f"{len(ref)} reference outputs, {len(cand)} candidate")
         return c
     for k, (r, x) in enumerate(zip(ref, cand)):
-        c.merge(_compare_one(k, r, x))
+        one = _compare_one(k, r, x)
+        if isinstance(r, torch.Tensor):
+            atol, rtol, norm = tolerance(r.dtype) if r.is_floating_point() else (0, 0, 0)
+            one.outputs = [{"index": k, "shape": list(r.shape),
+                            "dtype": str(r.dtype).replace("torch.", ""), "atol": atol,
+                            "rtol": rtol, "norm": norm, "max_abs_err": one.max_abs_err,
+                            "max_rel_err": one.max_rel_err, "rel_norm": one.rel_norm}]
+        c.merge(one)
     return c
 
 
@@ -145,7 +161,7 @@ def _compare_one(k: int, r, x) -> Comparison:
         c.fail("output_mismatch", f"output {k}: {n_over} of {r.numel()} elements outside "
                f"atol={atol:g} rtol={rtol:g} (max abs err {max_abs:.3g})")
     if ref_sq > 0:
-        rel_norm = (diff_sq ** 0.5) / (ref_sq ** 0.5)
+        rel_norm = c.rel_norm = (diff_sq ** 0.5) / (ref_sq ** 0.5)
         if rel_norm > norm_bound:
             c.fail("output_mismatch", f"output {k}: relative norm error {rel_norm:.3g} over "
                    f"{norm_bound:g}")

@@ -21,7 +21,7 @@ from .clock import TIMERS, flush_for
 from .compare import compare
 from .digest import digest
 from .hooks import load_checks, run_hook
-from .models import base_sets, build_model, env_info, init_args
+from .models import base_sets, build_model, describe_sets, env_info, init_args
 from .precision import precision_profile, reference_instability
 from .session import Session, batch_reply, parse_calls
 
@@ -42,9 +42,10 @@ def load(req: Load) -> Reply:
         s.ctx.ref_module, s.ctx.ref_model = mod, model
         sets = base_sets(mod, req.seeds, s.device, req.poke)
         s.use_runner(CallRunner(model, sets, s.device, TIMERS, flush_for(s.device)))
+        inputs = describe_sets(sets[:len(req.seeds)])
     except BaseException as exc:  # noqa: BLE001 - classify_exception raises Ctrl-C again
         return reference_failed(exc, s.device)
-    return Loaded(env=env_info(s.device))
+    return Loaded(env=env_info(s.device), inputs=inputs)
 
 
 # reference outputs kept for Compare up to this many bytes a row; larger ones are computed
@@ -149,4 +150,5 @@ def finish(s: Session) -> Reply:
     return Finished(env=env_info(s.device), findings=list(s.ctx.findings),
                     notes={**s.ctx.notes, **s.precision},
                     comparison={"ok": t.ok, "reasons": t.reasons, "max_abs_err": t.max_abs_err,
-                                "max_rel_err": t.max_rel_err, "detail": t.detail})
+                                "max_rel_err": t.max_rel_err, "detail": t.detail,
+                                "outputs": t.outputs})

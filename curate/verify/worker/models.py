@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import math
 import random
 
 import torch
@@ -99,13 +100,39 @@ def inputs_equal(a: list, b: list) -> bool:
     return True
 
 
+def describe_sets(sets: list[list]) -> list[list]:
+    """Each input set as the verification record shows it: per argument its shape, dtype and
+    value range (a plain value as itself)."""
+    return [[_describe(x) for x in s] for s in sets]
+
+
+def _describe(x) -> dict:
+    if isinstance(x, torch.Tensor):
+        out = {"shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", "")}
+        if x.numel() and (x.is_floating_point() or x.dtype == torch.bool or
+                          not (x.is_complex() or x.is_quantized)):
+            v = x.detach()
+            v = v.float() if v.dtype == torch.bool else v
+            out.update(min=_plain(v.min()), max=_plain(v.max()))
+        return out
+    if isinstance(x, (bool, int, float, str)) or x is None:
+        return {"value": x}
+    return {"type": type(x).__name__}
+
+
+def _plain(t: torch.Tensor):
+    v = t.item()
+    return v if not isinstance(v, float) or math.isfinite(v) else str(v)
+
+
 def env_info(device: str) -> dict:
-    gpu = None
+    gpu = capability = None
     if device == "cuda" and torch.cuda.is_available():
         gpu = torch.cuda.get_device_name()
+        capability = "%d.%d" % torch.cuda.get_device_capability()
     try:
         triton_version = importlib.metadata.version("triton")
     except importlib.metadata.PackageNotFoundError:
         triton_version = None
     return {"gpu": gpu, "torch_version": torch.__version__, "triton_version": triton_version,
-            "cuda_version": torch.version.cuda}
+            "cuda_version": torch.version.cuda, "capability": capability}

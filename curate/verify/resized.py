@@ -1,0 +1,108 @@
+"""A verified row's second pass, at a second size of its problem (shapes.py writes it): a fresh
+candidate worker and a fresh judge load the reference program at the new sizes, build both
+models from them and compare one trial, by the same requests as any first pass. The candidate
+sees a Load and a correctness sequence like every other: only the shapes differ.
+
+Correct at its own sizes and wrong at the second is `shape_specialized`. Where the second size
+cannot be judged (the reference fails there, memory or time runs out, the sizes are not module
+constants, the generator compiled for the problem's own shapes), the row keeps its status and
+its record says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+from .correctness import correctness
+from .shapes import second_shape
+from .sides import RowOver
+
+MODES = ("auto", "all", "off")
+# what the second pass cannot blame on the candidate
+NOT_JUDGED = {"reference_error": "reference_fails", "degenerate_reference": "reference_fails",
+              "timeout": "timeout", "unsupported": "unsupported"}
+NOT_JUDGED_REASONS = ("out_of_memory",)
+
+
+def static_compile(row: dict) -> bool:
+    """A candidate whose generator compiled it for the problem's own shapes (torch.compile with
+    dynamic=False, curate's `synth inductor`): specialized by construction, and says so."""
+    return "/inductor" in (row.get("generator") or "")
+
+
+def second_pass(row, device) -> None:
+    """Run after a first pass that left the row `verified`; the outcome goes to
+    `row.res.notes["second_shape"]` (and the row's status where it is `shape_specialized`)."""
+    if row.res.status != "verified":
+        return
+    mode = row.cfg.second_shape
+    note = row.res.notes["second_shape"] = {"mode": mode, "checked": False}
+    if mode == "off":
+        note["why"] = "off"
+        return
+    if mode == "auto" and static_compile(row.row):
+        note["why"] = "static_compile"
+        return
+    shape = second_shape(row.row["pytorch_code"])
+    note.update(shape.record())
+    if shape.code is None:
+        return
+    sub = _sub_run(row, shape.code)
+    try:
+        _pass(sub, device)
+    except RowOver:
+        pass
+    finally:
+        sub.phase(None)
+        for k, v in sub.spent.items():
+            row.spent[f"second shape {k}"] += v
+    _decide(row, sub, note)
+
+
+def _sub_run(row, code: str):
+    sub = type(row)(row.run, row.index, {**row.row, "pytorch_code": code})   # the same phases
+    sub.cfg = dataclasses.replace(row.cfg, trials=1)
+    sub.key = f"{row.key}:second"
+    sub.rng = random.Random(f"{row.run.secret.hex()}:{sub.key}")
+    sub.clock = row.clock           # the row's deadline bounds both passes together
+    sub.findings = []
+    return sub
+
+
+def _pass(sub, device) -> None:
+    sub.phase("second shape: waiting for workers")
+    env = {**sub.run.row_cache(sub.row), **device.env()}
+    with device.pools["candidate"].hold(env=env) as cw, \
+            device.pools["judge"].hold(env=device.env()) as jw:
+        cand, judge = sub.side(cw, "candidate"), sub.side(jw, "judge")
+        sub._load(device, judge, cand)   # a reference that fails here is nobody's fault
+        correctness(sub, device, cand, judge)
+        sub._finish(device, cand, judge, first=True)
+
+
+def _decide(row, sub, note: dict) -> None:
+    got, res = sub.res, row.res
+    note.update(status=got.status, reasons=list(got.reasons), error=got.error,
+                max_abs_err=got.max_abs_err, max_rel_err=got.max_rel_err,
+                inputs=got.notes.get("inputs"), outputs=got.notes.get("outputs"),
+                findings=[f.to_wire() for f in sub.findings])
+    if got.status == "verified":
+        note["checked"] = True
+        return
+    why = NOT_JUDGED.get(got.status) or next(
+        (r for r in got.reasons if r in NOT_JUDGED_REASONS), None)
+    if why:
+        note["why"] = why
+        return
+    note["checked"] = True
+    if got.status == "deceptive":   # a gate's finding stands at any size
+        row.findings.extend(f for f in sub.findings if f.fatal)
+        res.end("deceptive", *got.reasons, error=got.error)
+        res.correct = False
+        return
+    sizes = ", ".join(f"{k} {a}->{b}" for k, (a, b) in note["sizes"].items())
+    res.end("shape_specialized", "shape_specialized",
+            *(f"second_shape:{r}" for r in got.reasons or [got.status]),
+            error=f"correct at the problem's sizes, {got.status} at the second ({sizes}): "
+                  f"{got.error or ''}".strip())
