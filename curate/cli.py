@@ -32,6 +32,7 @@ COMMANDS = {
     "verify": ("curate.verify.cli:verify", "Re-execute every pair in isolation; record its status."),
     "select": ("curate.select.cli:select", "Keep the best verified samples of each problem."),
     "build": ("curate.pipeline.cli:build", "Run the whole pipeline into a build directory."),
+    "replay": ("curate.verify.cli:replay", "Run rows' verification again from their records."),
     "split-infill": ("curate.infill.cli:split_infill", "Cut kernels into prefix/core/suffix rows."),
     "card": ("curate.card.cli:card", "Render the dataset card (README.md) of a build."),
     "push": ("curate.hub.cli:push", "Upload shards and card to the Hugging Face Hub."),

@@ -65,3 +65,36 @@ def verify(inp, out, device, workers, devices, timeout, compile_timeout, trials,
     statuses = (getattr(st, "extra", None) or {}).get("statuses") or {}
     for status, n in sorted(statuses.items(), key=lambda kv: -kv[1]):
         click.echo(f"  {n:6d}  {status}")
+
+
+@click.command("replay")
+@click.argument("source", metavar="TABLE_OR_DIR")
+@click.argument("ids", metavar="ROW_ID...", nargs=-1, required=True)
+@click.option("--device", type=click.Choice(["cuda", "cpu"]), default=None,
+              help="Where to run it again (default: the device its record names).")
+@click.option("--sandbox", type=click.Choice(SANDBOX_MODES), default="auto",
+              show_default=True, help="As for `curate verify`.")
+def replay(source, ids, device, sandbox):
+    """Run rows' verification again from their records; print then and now side by side.
+
+    TABLE_OR_DIR is a table verify wrote, a build directory (its data/ shards, stages and
+    rejected rows) or a downloaded dataset folder (data/train-*.parquet). Each ROW_ID is an id
+    or a unique prefix of one. They agree when the status is the same and, on the same kind of
+    device, the speedup lies within the recorded interval's noise. Exit 0 when every row
+    agrees, 1 when one does not, 2 for bad input.
+
+    \b
+    Example:
+      curate replay build 3f2a9c1d
+      curate replay verified.parquet 3f2a9c1d 77b0e4aa --device cpu
+    """
+    from .replay import find_rows, replay as run_again
+    from .replay_report import echo_replayed
+    rows = find_rows(source, list(ids))
+    results = run_again(rows, device=device, sandbox=sandbox)
+    for r in results:
+        echo_replayed(r)
+    bad = [r for r in results if not r.agree]
+    click.echo(f"{len(results) - len(bad)} of {len(results)} rows agree")
+    if bad:
+        raise SystemExit(1)

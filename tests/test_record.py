@@ -1,0 +1,205 @@
+"""The verification record on verified and rejected rows, the second shape, and `curate replay`
+(C++ candidates on the CPU; the Triton and CUDA variants are marked `gpu`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from curate.cli import main
+from curate.errors import BadInput
+from curate.tableio import write_rows
+from curate.verify import Verifier
+from curate.verify import replay as replay_mod
+from curate.verify.record import read
+from curate.verify.replay import speed_agrees
+from curate.verify.shapes import second_shape
+
+FIX = Path(__file__).parent / "fixtures" / "verify"
+REF = (FIX / "ref_scale_add.py").read_text()
+REF_FIXED = (FIX / "ref_scale_add_fixed.py").read_text()
+
+
+def pair(rid: str, kernel: str, ref: str = REF, backend: str = "cpp", **extra) -> dict:
+    # each row its own code, so that its own compile cache (rows of one code share one)
+    code = (FIX / f"{kernel}.py").read_text() + f"\n# {rid}\n"
+    return {"id": rid, "pytorch_code": ref, "kernel_code": code, "backend": backend,
+            "source": "file", **extra}
+
+
+ROWS = [pair("honest", "cpp_honest"), pair("hidden_size", "cpp_hidden_size"),
+        pair("sizes_inside", "cpp_honest", ref=REF_FIXED),
+        pair("static_compile", "cpp_honest", generator="torch-2.13.0/inductor"),
+        pair("compile_error", "cpp_compile_error"),
+        pair("triton_hidden_size", "triton_hidden_size", backend="triton")]
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("compile-cache")
+
+
+@pytest.fixture(scope="module")
+def verified(cache_dir):
+    with Verifier(device="cpu", workers=2, timeout=60, cache_dir=cache_dir, memory_gb=4) as v:
+        results = {ROWS[i]["id"]: r for i, r in v.verify(ROWS)}
+    return results
+
+
+def _rec(res) -> dict:
+    rec = read(res.verification)
+    assert rec is not None, "every row verify answers carries a record"
+    return rec
+
+
+# -- the record --------------------------------------------------------------------------------
+def test_a_verified_row_records_what_was_checked_on_what(verified):
+    res = verified["honest"]
+    assert res.status == "verified"
+    rec = _rec(res)
+    assert rec["versions"]["curate"] and set(rec["versions"]["gates"]) == {"parent", "judge",
+                                                                            "worker"}
+    assert rec["outcome"]["status"] == "verified"
+    assert "torch_in_forward" in rec["findings"]["passed"]          # parent gates ran
+    assert "input_mutated" in rec["findings"]["passed"]             # worker gates ran
+    assert rec["seeds"]["trials"] and "never recorded" in rec["seeds"]["secret"]
+    (x, y), = [s for s in rec["inputs"][:1]]
+    assert x["shape"] == [64, 256] and x["dtype"] == "float32" and x["min"] < 0 < x["max"]
+    assert len(rec["inputs"]) == 3                                  # one per trial
+    (out,) = rec["outputs"]
+    assert out["atol"] == 0.01 and out["rtol"] == 0.01 and out["max_abs_err"] is not None
+    t = rec["timing"]
+    assert t["method"].startswith("wall clock") and t["kernel_ms"]["n"] >= 20
+    assert t["interval"] == [pytest.approx(res.speedup_ci_low, rel=1e-4),
+                             pytest.approx(res.speedup_ci_high, rel=1e-4)]
+    assert rec["device"]["kind"] == "cpu" and rec["device"]["cores"]
+    assert rec["software"]["torch"] and rec["software"]["flags"]["extra_cflags"] == ["-O2"]
+    assert rec["sandbox"]["candidate"] == res.sandbox
+    assert rec["second_shape"]["checked"] and rec["second_shape"]["sizes"] == {"N": [256, 512]}
+    assert rec["second_opinion"]["tool"] == "kernelguard"
+
+
+def test_a_rejected_row_records_what_failed_and_where(verified):
+    res = verified["compile_error"]
+    assert res.status == "compile_error"
+    rec = _rec(res)
+    assert rec["outcome"]["status"] == "compile_error" and rec["outcome"]["error"]
+    assert rec["outcome"]["phase"]                       # the phase it ended in
+    assert rec["timing"] is None and rec["second_shape"]["checked"] is False
+
+
+def test_a_kernel_written_for_one_shape_is_shape_specialized(verified):
+    tri = verified["triton_hidden_size"]   # under the Triton interpreter: checked, not timed
+    assert tri.status == "shape_specialized", (tri.reasons, tri.error)
+    # uninitialized rows in its output: the gates or the comparison say so, at that size
+    assert any(r.startswith("second_shape:") for r in tri.reasons)
+    res = verified["hidden_size"]
+    assert res.status == "shape_specialized", (res.reasons, res.error)
+    assert "shape_specialized" in res.reasons and "second_shape:shape_mismatch" in res.reasons
+    rec = _rec(res)
+    assert rec["second_shape"]["sizes"] == {"N": [256, 512]}
+    assert rec["second_shape"]["inputs"][0][0]["shape"] == [64, 512]
+
+
+def test_sizes_inside_functions_keep_the_status_and_say_so(verified):
+    res = verified["sizes_inside"]
+    assert res.status == "verified"
+    got = _rec(res)["second_shape"]
+    assert got["checked"] is False and got["why"] == "sizes_not_module_constants"
+
+
+def test_a_static_compile_is_not_checked_at_a_second_shape_by_default(verified):
+    got = _rec(verified["static_compile"])["second_shape"]
+    assert verified["static_compile"].status == "verified", verified["static_compile"].error
+    assert got == {"mode": "auto", "checked": False, "why": "static_compile"}
+
+
+# -- the second shape's rewrite (source text only) ----------------------------------------------
+def test_second_shape_doubles_the_first_and_last_size_constants():
+    code = "import torch\nbatch_size = 16\nhidden = 32\nkernel_size = 3\n" \
+           "def get_inputs():\n    return [torch.randn(batch_size, 8, hidden)]\n"
+    got = second_shape(code)
+    assert got.sizes == {"batch_size": (16, 32), "hidden": (32, 64)}
+    assert "batch_size = 32" in got.code and "hidden = 64" in got.code
+    assert "kernel_size = 3" in got.code
+
+
+def test_second_shape_is_not_possible_for_sizes_inside_functions():
+    assert second_shape(REF_FIXED).why == "sizes_not_module_constants"
+    assert second_shape("x = 1\n").why == "no_get_inputs"
+
+
+# -- replay ------------------------------------------------------------------------------------
+def test_speed_agrees_within_the_intervals_noise():
+    cpu = {"kind": "cpu", "cpu": "x"}
+    then = {"speedup": 2.0, "speedup_ci_low": 1.9, "speedup_ci_high": 2.1, "device": cpu}
+    assert speed_agrees(then, {"speedup": 2.3, "device": cpu}, "cpu")[0]
+    assert not speed_agrees(then, {"speedup": 3.0, "device": cpu}, "cpu")[0]
+    other = {"speedup": 9.0, "device": {"kind": "cuda", "gpu": "H200"}}
+    assert speed_agrees(then, other, "cuda")[0]   # another device: status only
+
+
+@pytest.fixture()
+def table(verified, tmp_path):
+    rows = []
+    for row in ROWS[:1]:
+        res = verified[row["id"]]
+        rows.append({**row, **res.columns(), "reasons": list(res.reasons)})
+    path = tmp_path / "verified.parquet"
+    write_rows(path, rows)
+    return path, rows
+
+
+def test_replay_agrees_on_an_honest_row(table, monkeypatch, cache_dir):
+    # a shared CI machine moves a CPU speed more than the quiet one the noise is set for
+    monkeypatch.setitem(replay_mod.NOISE, "cpu", 0.6)
+    path, _ = table
+    res = CliRunner().invoke(main, ["replay", str(path), "honest"])
+    assert res.exit_code == 0, res.output
+    assert "agree     yes" in res.output and "1 of 1 rows agree" in res.output
+
+
+def test_replay_disagrees_when_the_kernel_was_changed(table, tmp_path):
+    _, rows = table
+    changed = dict(rows[0])
+    changed["kernel_code"] = changed["kernel_code"].replace("* 2.0f", "* 2.5f")
+    path = tmp_path / "changed.jsonl"
+    write_rows(path, [changed])
+    res = CliRunner().invoke(main, ["replay", str(path), "honest"])
+    assert res.exit_code == 1, res.output
+    assert "status verified then, incorrect now" in res.output
+
+
+def test_replay_bad_input_names_the_file_and_the_fix(table, tmp_path):
+    # BadInput is exit 2 at the console entry point (tests/test_bad_input.py holds that edge)
+    path, _ = table
+    res = CliRunner().invoke(main, ["replay", str(path), "no-such-row"])
+    assert isinstance(res.exception, BadInput) and str(path) in str(res.exception)
+    assert "fix:" in str(res.exception)
+    res = CliRunner().invoke(main, ["replay", str(tmp_path / "missing"), "honest"])
+    assert isinstance(res.exception, BadInput) and "fix:" in str(res.exception)
+
+
+# -- GPU variants --------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_gpu_records_and_shape_specialized_for_triton_and_cuda(tmp_path):
+    rows = [pair("triton_honest", "triton_honest", backend="triton"),
+            pair("cuda_gelu", "cuda_fused_gelu", backend="cuda",
+                 ref=(FIX / "ref_gelu_residual.py").read_text()),
+            pair("cuda_hidden", "cuda_hidden_size", backend="cuda"),
+            pair("triton_hidden", "triton_hidden_size", backend="triton")]
+    with Verifier(device="cuda", timeout=120, cache_dir=tmp_path) as v:
+        got = {rows[i]["id"]: r for i, r in v.verify(rows)}
+    for name in ("triton_honest", "cuda_gelu"):
+        rec = _rec(got[name])
+        assert got[name].status == "verified", (name, got[name].reasons, got[name].error)
+        assert rec["device"]["kind"] == "cuda" and rec["device"]["gpu"]
+        assert rec["device"]["capability"] and rec["timing"]["l2_flush"] is True
+        assert rec["second_shape"]["checked"], rec["second_shape"]
+    for name in ("cuda_hidden", "triton_hidden"):
+        assert got[name].status == "shape_specialized", (name, got[name].reasons,
+                                                         got[name].error)
+    assert json.loads(got["triton_honest"].verification)["software"]["triton"]
