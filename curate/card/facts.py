@@ -26,6 +26,7 @@ from .. import __version__
 from ..errors import BadInput
 from ..hub.shards import list_shards
 from .reasons import WARN, lookup
+from .records import RecordFacts, gather_records
 
 # Columns the card summarizes; shards may lack some (older builds, other pipelines).
 SUMMARY_COLUMNS = ["sandbox", "source", "backend", "speedup", "speedup_ci_low", "speedup_ci_high", "license",
@@ -88,6 +89,7 @@ class Facts:
     splits_settings: dict | None = None  # splits.json: how the validation split was drawn
     machine: dict | None = None          # machine.json: the build machine's processor
     cpp_build: dict | None = None        # how the C++ kernels are compiled (from kernel_code)
+    records: RecordFacts | None = None   # what the rows' verification records say
     curate_version: str = __version__
 
     # -- derived numbers the template uses -------------------------------------------------
@@ -638,6 +640,7 @@ def gather(build_dir: str | Path, *, repo_id: str | None = None,
     facts.splits_settings = _read_json(build / "splits.json") or None
     facts.machine = _read_json(build / MACHINE) or None
     facts.cpp_build = cpp_build(build)
+    facts.records = gather_records(build)
     return facts
 
 

@@ -25,6 +25,7 @@ from ..schema import columns as schema_columns
 from . import reasons
 from .facts import BACKEND_NAMES, Facts, gather, record_machine
 from .plots import render_all
+from .records import WHY
 
 CARD = "README.md"
 TEMPLATE = "README.md.j2"
@@ -43,7 +44,7 @@ COLUMN_DOCS = {
 }
 # Meanings the card states in its own words (the schema's may point at files not published).
 CARD_DOCS = {
-    "status": "verify's verdict (`verified`, `incorrect`, `deceptive`, ...; see How every row "
+    "status": "verify's verdict (`verified`, `incorrect`, `deceptive`, ...; see How each pair "
               "was verified)",
     "reasons": "every gate that failed or warned on the row (see the tables of gates and "
                "warnings below)",
@@ -208,6 +209,7 @@ def _text(f: Facts, assets: dict[str, str], repo_id: str | None, name_given: str
         backend_names=BACKEND_NAMES,
         gates=reasons.of(reasons.FAIL), warnings=reasons.of(reasons.WARN),
         meaning=reasons.meaning, name_given=name_given, verify=verify_settings(f),
+        why_not=lambda w: WHY.get(w, w), rf=f.records,
         tols=tolerances(), sp=f.speedup_summary(), dec=f.decontamination)
 
 

@@ -1,0 +1,156 @@
+"""The second shape: its extra cost (share of verify's time) and its false positives on honest
+pairs.
+
+    PYTHONPATH=. python benchmarks/second_shape.py --device cuda --kernelbench KB --n 30 \
+        --out benchmarks/results/second_shape_h200.json
+    PYTHONPATH=. python benchmarks/second_shape.py --device cpu --n 10      # examples/ on the CPU
+
+Three sets of pairs, each verified once with `second_shape="all"`:
+
+- identity: each problem's own program as its candidate (`ModelNew = Model`, gates off, since
+  it has no kernel): honest and general by construction, so every `shape_specialized` is a false
+  positive of the second shape's machinery (the size rewrite, the rebuild, tolerances at larger
+  sizes, nondeterminism);
+- fixtures: the honest hand-written kernels of tests/fixtures/verify (gates on);
+- inductor: torch.compile candidates of the same problems (`--pairs TABLE` to reuse a table),
+  compiled for static shapes: specialized by construction, which is why `second_shape="auto"`
+  (the default) checks them at their own shape only. Their rows measure the cost.
+
+The cost is the seconds of the rows' second-shape phases over the seconds of all their phases.
+It prints a table and writes JSON with the hardware, the versions and every row's figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from verify_throughput import hardware, problem_rows, sample_problems, synthesize  # noqa: E402
+
+FIX = REPO / "tests" / "fixtures" / "verify"
+# honest hand-written pairs: (kernel fixture, reference fixture, backend, devices)
+FIXTURES = [("cpp_honest", "ref_scale_add", "cpp", ("cpu",)),
+            ("triton_honest", "ref_scale_add", "triton", ("cpu", "cuda")),
+            ("triton_gelu_residual", "ref_gelu_residual", "triton", ("cpu", "cuda")),
+            ("triton_libdevice_tanh", "ref_tanh_scale", "triton", ("cpu", "cuda")),
+            ("cuda_fused_gelu", "ref_gelu_residual", "cuda", ("cuda",))]
+
+
+def identity_pairs(rows: list[dict], device: str) -> list[dict]:
+    backend = "triton" if device == "cuda" else "cpp"
+    return [{**r, "id": f"identity-{r['id'][:12]}", "backend": backend,
+             "kernel_code": r["pytorch_code"] + "\n\nModelNew = Model\n"} for r in rows]
+
+
+def fixture_pairs(device: str) -> list[dict]:
+    out = []
+    for kernel, ref, backend, devices in FIXTURES:
+        path = FIX / f"{kernel}.py"
+        if device not in devices or not path.exists():
+            continue
+        out.append({"id": f"fixture-{kernel}", "pytorch_code": (FIX / f"{ref}.py").read_text(),
+                    "kernel_code": path.read_text(), "backend": backend, "source": "file"})
+    return out
+
+
+def verify(pairs: list[dict], device: str, gates: bool, timeout: float, sandbox: str) -> dict:
+    from curate.verify import Verifier
+    t0 = time.monotonic()
+    rows = {}
+    with Verifier(device=device, gates=gates, timeout=timeout, sandbox=sandbox,
+                  second_shape="all") as v:
+        for i, res in v.verify(pairs):
+            phases = res.notes.get("phases_s") or {}
+            second = sum(s for k, s in phases.items() if k.startswith("second shape"))
+            shape = json.loads(res.verification or "{}").get("second_shape") or {}
+            rows[pairs[i]["id"]] = {
+                "status": res.status, "reasons": res.reasons, "error": (res.error or "")[:300],
+                "seconds": round(sum(phases.values()), 3), "second_s": round(second, 3),
+                "checked": shape.get("checked"), "why": shape.get("why"),
+                "sizes": shape.get("sizes"), "speedup": res.speedup}
+    return {"wall_s": round(time.monotonic() - t0, 1), "rows": rows}
+
+
+def summary(run: dict) -> dict:
+    rows = run["rows"].values()
+    total = sum(r["seconds"] for r in rows) or 1.0
+    first_verified = [r for r in rows if r["status"] in ("verified", "shape_specialized")]
+    return {"rows": len(run["rows"]), "statuses": dict(Counter(r["status"] for r in rows)),
+            "checked": sum(1 for r in rows if r["checked"]),
+            "not_checked": dict(Counter(r["why"] for r in first_verified if not r["checked"])),
+            "specialized": sum(1 for r in rows if r["status"] == "shape_specialized"),
+            "second_s": round(sum(r["second_s"] for r in rows), 2),
+            "total_s": round(total, 2),
+            "cost_share": round(sum(r["second_s"] for r in rows) / total, 4),
+            "wall_s": run["wall_s"]}
+
+
+def print_table(report: dict) -> None:
+    print(f"{'set':10} {'rows':>5} {'verified':>8} {'checked':>7} {'special.':>8} "
+          f"{'2nd s':>7} {'all s':>8} {'cost':>6}  not checked")
+    for name, s in report["sets"].items():
+        ver = s["statuses"].get("verified", 0)
+        print(f"{name:10} {s['rows']:5d} {ver:8d} {s['checked']:7d} {s['specialized']:8d} "
+              f"{s['second_s']:7.1f} {s['total_s']:8.1f} {s['cost_share']:6.1%}  "
+              f"{s['not_checked'] or '-'}")
+    print(f"false positives on honest pairs (identity + fixtures): "
+          f"{report['false_positives']} of {report['honest_checked']} checked")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument("--kernelbench", type=Path, default=os.environ.get("CURATE_KERNELBENCH"))
+    ap.add_argument("--n", type=int, default=30)
+    ap.add_argument("--levels", default="1,2")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--pairs", type=Path, help="inductor pairs to reuse (skips synthesis)")
+    ap.add_argument("--sets", default="identity,fixtures,inductor")
+    ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument("--sandbox", default="auto")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    root = args.kernelbench if args.kernelbench and Path(args.kernelbench).is_dir() \
+        else REPO / "examples"
+    files = sample_problems(Path(root), args.n, args.seed, args.levels.split(","))
+    problems = problem_rows(files, Path(root))
+    sets = args.sets.split(",")
+    report = {"device": args.device, "problems": str(root), "n": len(problems),
+              "hardware": hardware(args.device), "sets": {}, "runs": {}}
+    if "identity" in sets:
+        run = verify(identity_pairs(problems, args.device), args.device, False, args.timeout,
+                     args.sandbox)
+        report["runs"]["identity"], report["sets"]["identity"] = run, summary(run)
+    if "fixtures" in sets:
+        run = verify(fixture_pairs(args.device), args.device, True, args.timeout, args.sandbox)
+        report["runs"]["fixtures"], report["sets"]["fixtures"] = run, summary(run)
+    if "inductor" in sets:
+        if args.pairs:
+            from curate.tableio import read_rows
+            pairs = read_rows(args.pairs)
+        else:
+            pairs, report["synthesis"] = synthesize(problems, args.device, args.sandbox)
+        run = verify(pairs, args.device, True, args.timeout, args.sandbox)
+        report["runs"]["inductor"], report["sets"]["inductor"] = run, summary(run)
+    honest = [s for k, s in report["sets"].items() if k in ("identity", "fixtures")]
+    report["false_positives"] = sum(s["specialized"] for s in honest)
+    report["honest_checked"] = sum(s["checked"] for s in honest)
+    print_table(report)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1, default=str))
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
