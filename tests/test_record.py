@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from curate.cli import main
 from curate.errors import BadInput
+from curate.hub.shards import write_shards
 from curate.tableio import write_rows
 from curate.verify import Verifier
 from curate.verify import replay as replay_mod
@@ -153,11 +154,13 @@ def table(verified, tmp_path):
     return path, rows
 
 
-def test_replay_agrees_on_an_honest_row(table, monkeypatch, cache_dir):
+def test_replay_agrees_on_an_honest_row_of_a_downloaded_dataset(table, monkeypatch, tmp_path):
     # a shared CI machine moves a CPU speed more than the quiet one the noise is set for
     monkeypatch.setitem(replay_mod.NOISE, "cpu", 0.6)
-    path, _ = table
-    res = CliRunner().invoke(main, ["replay", str(path), "honest"])
+    _, rows = table
+    copy = tmp_path / "copy"          # what `huggingface-cli download` leaves: data/ shards
+    write_shards(None, copy / "data", rows=rows)
+    res = CliRunner().invoke(main, ["replay", str(copy), "honest"])
     assert res.exit_code == 0, res.output
     assert "agree     yes" in res.output and "1 of 1 rows agree" in res.output
 

@@ -47,6 +47,9 @@ REASONS: dict[str, tuple[str, str]] = {
                                               "(status `degenerate_reference`)"),
     "reference_unstable": (FAIL, "the float32 reference disagrees with its own float64 run "
                                  "(status `degenerate_reference`)"),
+    "shape_specialized": (FAIL, "right at the problem's own sizes, wrong at a second size of "
+                                "the same problem (status `shape_specialized`)"),
+    "second_shape:*": (FAIL, "what went wrong at the second size (the reason after the colon)"),
     # the harness (correctness calls, timed calls, the parent's checks from outside)
     "output_reused": (FAIL, "a call returned the storage of an earlier call"),
     "output_not_plain_tensor": (FAIL, "an output is not a plain, materialized tensor"),

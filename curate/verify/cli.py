@@ -30,14 +30,18 @@ from ..report import echo_stage
 @click.option("--sandbox", type=click.Choice(SANDBOX_MODES), default="auto",
               show_default=True, help="auto: bubblewrap and a uid per worker where the machine "
               "allows (said loudly where not); strict: refuse to run without; off: none.")
-def verify(inp, out, device, workers, devices, timeout, compile_timeout, trials, sandbox):
+@click.option("--second-shape", type=click.Choice(["auto", "all", "off"]), default="auto",
+              show_default=True, help="Check verified rows once more at a second size of "
+              "their problem (auto: not candidates compiled for static shapes).")
+def verify(inp, out, device, workers, devices, timeout, compile_timeout, trials, sandbox,
+           second_shape):
     """Re-execute every pair in sandboxed workers and record its status and speedup.
 
     Every row of IN comes out in OUT with status (verified, incorrect, deceptive,
     compile_error, runtime_error, timeout, crashed, degenerate_reference, reference_error,
-    unsupported), correctness errors, speedup with a 95% interval and the versions it ran on.
-    Nothing is filtered: `curate build` applies the threshold. A killed run resumes from
-    OUT's ledger.
+    unsupported, shape_specialized), correctness errors, speedup with a 95% interval, the
+    versions it ran on and its verification record (`curate replay` runs it again). Nothing
+    is filtered: `curate build` applies the threshold. A killed run resumes from OUT's ledger.
 
     \b
     Example:
@@ -57,7 +61,7 @@ def verify(inp, out, device, workers, devices, timeout, compile_timeout, trials,
     from .engine import SandboxUnavailable
     try:
         st = run_single(Verify(device=device, workers=workers, timeout=timeout, trials=trials,
-                               sandbox=sandbox, devices=devices,
+                               sandbox=sandbox, devices=devices, second_shape=second_shape,
                                compile_timeout=compile_timeout), inp, out)
     except SandboxUnavailable as exc:
         raise click.UsageError(f"{exc}; use --sandbox auto or off to run anyway") from None

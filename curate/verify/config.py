@@ -18,6 +18,8 @@ CPU_TIMING_THREADS = 1
 # RETIME_PAIRS more fresh process pairs and takes the median pair's figures (the speed factor
 # of one process pair no longer decides it)
 RETIME_BAND, RETIME_PAIRS = 0.2, 2
+# the second shape (resized.py): auto checks every row but those compiled for static shapes
+SECOND_SHAPE_MODES = ("auto", "all", "off")
 
 
 def default_cache_dir() -> Path:
@@ -87,7 +89,7 @@ class VerifyConfig:
                              f"not {self.transport!r}")
         if self.transport.startswith("cuda") and self.device != "cuda":
             raise ValueError(f"transport {self.transport} needs device cuda")
-        if self.second_shape not in ("auto", "all", "off"):
+        if self.second_shape not in SECOND_SHAPE_MODES:
             raise ValueError(f"second_shape must be auto, all or off, not {self.second_shape!r}")
         if self.sandbox not in SANDBOX_MODES:
             raise ValueError(f"sandbox must be auto, strict or off, not {self.sandbox!r}")

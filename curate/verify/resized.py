@@ -13,13 +13,15 @@ its record says why.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import random
+import traceback
 
 from .correctness import correctness
 from .shapes import second_shape
 from .sides import RowOver
 
-MODES = ("auto", "all", "off")
+log = logging.getLogger("curate.verify")
 # what the second pass cannot blame on the candidate
 NOT_JUDGED = {"reference_error": "reference_fails", "degenerate_reference": "reference_fails",
               "timeout": "timeout", "unsupported": "unsupported"}
@@ -50,10 +52,17 @@ def second_pass(row, device) -> None:
     if shape.code is None:
         return
     sub = _sub_run(row, shape.code)
+    row.phase(None)   # the second pass's seconds are its own (phases_s: "second shape ...")
     try:
         _pass(sub, device)
     except RowOver:
         pass
+    except Exception as exc:  # noqa: BLE001 - a harness bug here costs the check, not the row
+        log.error("verify: the second shape failed on row %s: %s", row.row.get("id"),
+                  traceback.format_exc())
+        sub.res.end("runtime_error", "harness_error", error=f"{type(exc).__name__}: {exc}")
+        note["why"] = "harness_error"
+        return
     finally:
         sub.phase(None)
         for k, v in sub.spent.items():
