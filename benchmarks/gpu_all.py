@@ -61,6 +61,11 @@ BENCHES = [
                                 "--deadline", "{deadline}", "--sandbox", "auto",
                                 "--pairs-out", "{dir}/tp_pairs.jsonl", "--out", "{out}"], 600,
           needs_kb=True, headline="figures"),
+    Bench("second_shape", ["benchmarks/second_shape.py", "--device", "cuda", "--kernelbench",
+                           "{kb}", "--n", "20", "--pairs", "{dir}/tp_pairs.jsonl", "--out",
+                           "{out}"], 540, needs_kb=True,
+          headline="false_positives,honest_checked,sets.identity.cost_share,"
+                   "sets.inductor.cost_share"),
     # the sandbox's cost: the same pairs with the sandbox off (compare with verify_throughput)
     Bench("verify_throughput_sandbox_off", [
         "benchmarks/verify_throughput.py", "--kernelbench", "{kb}", "--device", "cuda",

@@ -1,7 +1,7 @@
 """The second shape: its extra cost (share of verify's time) and its false positives on honest
 pairs.
 
-    PYTHONPATH=. python benchmarks/second_shape.py --device cuda --kernelbench KB --n 30 \
+    PYTHONPATH=. python benchmarks/second_shape.py --device cuda --kernelbench KB --n 20 \
         --out benchmarks/results/second_shape_h200.json
     PYTHONPATH=. python benchmarks/second_shape.py --device cpu --n 10      # examples/ on the CPU
 
@@ -110,7 +110,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--kernelbench", type=Path, default=os.environ.get("CURATE_KERNELBENCH"))
-    ap.add_argument("--n", type=int, default=30)
+    ap.add_argument("--n", type=int, default=20, help="problems (and at most this many "
+                    "inductor pairs from --pairs)")
     ap.add_argument("--levels", default="1,2")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--pairs", type=Path, help="inductor pairs to reuse (skips synthesis)")
@@ -134,9 +135,9 @@ def main(argv=None) -> int:
         run = verify(fixture_pairs(args.device), args.device, True, args.timeout, args.sandbox)
         report["runs"]["fixtures"], report["sets"]["fixtures"] = run, summary(run)
     if "inductor" in sets:
-        if args.pairs:
+        if args.pairs and args.pairs.exists():
             from curate.tableio import read_rows
-            pairs = read_rows(args.pairs)
+            pairs = sorted(read_rows(args.pairs), key=lambda r: str(r.get("id")))[:args.n]
         else:
             pairs, report["synthesis"] = synthesize(problems, args.device, args.sandbox)
         run = verify(pairs, args.device, True, args.timeout, args.sandbox)

@@ -128,6 +128,14 @@ def test_second_shape_doubles_the_first_and_last_size_constants():
     assert "kernel_size = 3" in got.code
 
 
+def test_second_shape_reads_tuple_assignments_and_keeps_the_rest_of_the_line():
+    code = "import torch\nROWS, HIDDEN = 16, 8  # sizes\n" \
+           "def get_inputs():\n    return [torch.randn(ROWS, HIDDEN)]\n"
+    got = second_shape(code)
+    assert got.sizes == {"ROWS": (16, 32), "HIDDEN": (8, 16)}
+    assert "ROWS, HIDDEN = 32, 16  # sizes" in got.code
+
+
 def test_second_shape_is_not_possible_for_sizes_inside_functions():
     assert second_shape(REF_FIXED).why == "sizes_not_module_constants"
     assert second_shape("x = 1\n").why == "no_get_inputs"

@@ -59,10 +59,10 @@ def second_shape(pytorch_code: str) -> SecondShape:
                        sizes=sizes)
 
 
-def _int_constants(tree: ast.Module) -> dict[str, tuple[int, ast.Assign]]:
-    """Module-level `NAME = <integer expression of literals and earlier such names>`; a name
-    assigned twice at module level is not a constant."""
-    out: dict[str, tuple[int, ast.Assign]] = {}
+def _int_constants(tree: ast.Module) -> dict[str, tuple[int, ast.expr]]:
+    """Module-level `NAME = <integer expression of literals and earlier such names>` (also
+    `A, B = 1, 2`), each with its value's expression; a name assigned twice is not one."""
+    out: dict[str, tuple[int, ast.expr]] = {}
     seen: set[str] = set()
     for node in tree.body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value:
@@ -76,10 +76,17 @@ def _int_constants(tree: ast.Module) -> dict[str, tuple[int, ast.Assign]]:
                 if name in seen:
                     out.pop(name, None)
                 seen.add(name)
-        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            value = _int_value(node.value, out)
-            if value is not None and node.targets[0].id not in out:
-                out[node.targets[0].id] = (value, node)
+        if len(node.targets) != 1:
+            continue
+        target, value = node.targets[0], node.value
+        pairs = [(target, value)]
+        if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and \
+                len(target.elts) == len(value.elts):
+            pairs = list(zip(target.elts, value.elts))
+        for t, v in pairs:
+            n = _int_value(v, out) if isinstance(t, ast.Name) else None
+            if n is not None and t.id not in out:
+                out[t.id] = (n, v)
     return out
 
 
@@ -151,16 +158,16 @@ def _scalable(name: str, consts: dict) -> bool:
     low = name.lower()
     if low in NOT_SIZES or any(p.startswith(NOT_SIZE_PARTS) for p in low.split("_")):
         return False
-    value, node = consts[name]
+    value, expr = consts[name]
     # a literal, not a size derived from other constants (those follow their bases)
-    return 2 <= value <= LIMIT and _int_value(node.value, {}) is not None
+    return 2 <= value <= LIMIT and _int_value(expr, {}) is not None
 
 
-def _rewrite(code: str, nodes: dict[str, ast.Assign], sizes: dict) -> str:
-    """The source with each chosen constant's value expression replaced by its new value."""
+def _rewrite(code: str, nodes: dict[str, ast.expr], sizes: dict) -> str:
+    """The source with each chosen constant's value expression replaced by its new value
+    (the last in the text first, so that earlier offsets stay right)."""
     lines = code.splitlines(keepends=True)
-    for name, node in sorted(nodes.items(), key=lambda kv: -kv[1].lineno):
-        v = node.value
+    for name, v in sorted(nodes.items(), key=lambda kv: (-kv[1].lineno, -kv[1].col_offset)):
         start, end = v.lineno - 1, v.end_lineno - 1
         head, tail = lines[start][:_col(lines[start], v.col_offset)], \
             lines[end][_col(lines[end], v.end_col_offset):]
