@@ -214,3 +214,19 @@ def test_gpu_records_and_shape_specialized_for_triton_and_cuda(tmp_path):
         assert got[name].status == "shape_specialized", (name, got[name].reasons,
                                                          got[name].error)
     assert json.loads(got["triton_honest"].verification)["software"]["triton"]
+
+
+@pytest.mark.gpu
+def test_gpu_replay_agrees_on_an_honest_row_and_not_on_a_changed_one(tmp_path):
+    row = pair("triton_honest", "triton_honest", backend="triton")
+    with Verifier(device="cuda", timeout=120, cache_dir=tmp_path / "cache") as v:
+        res = v.verify_one(row)
+    assert res.status == "verified", (res.reasons, res.error)
+    full = {**row, **res.columns(), "reasons": list(res.reasons)}
+    write_shards(None, tmp_path / "copy" / "data", rows=[full])
+    got = CliRunner().invoke(main, ["replay", str(tmp_path / "copy"), "triton_honest"])
+    assert got.exit_code == 0, got.output
+    changed = {**full, "kernel_code": full["kernel_code"].replace("x * 2.0", "x * 2.5")}
+    write_rows(tmp_path / "changed.parquet", [changed])
+    got = CliRunner().invoke(main, ["replay", str(tmp_path / "changed.parquet"), "triton_honest"])
+    assert got.exit_code == 1 and "incorrect now" in got.output, got.output

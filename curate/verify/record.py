@@ -70,7 +70,8 @@ def outcome(res, run) -> dict:
     the side of the finding that decided it)."""
     out = {"status": res.status, "reasons": list(res.reasons), "error": res.error}
     if res.status != "verified":
-        out["phase"] = getattr(run, "where", None)
+        # a row that ended before its first named phase ended in the precheck (static gates)
+        out["phase"] = (run.where or "precheck") if run is not None else "harness"
         fatal = [f for f in (run.findings if run else []) if f.fatal]
         if fatal:
             gate = GATES.get(fatal[0].gate)

@@ -81,7 +81,7 @@ def _sub_run(row, code: str):
 
 
 def _pass(sub, device) -> None:
-    sub.phase("second shape: waiting for workers")
+    sub.phase("waiting for workers")
     env = {**sub.run.row_cache(sub.row), **device.env()}
     with device.pools["candidate"].hold(env=env) as cw, \
             device.pools["judge"].hold(env=device.env()) as jw:
