@@ -469,16 +469,16 @@ def test_rows_reserve_device_memory_from_the_reference_shapes(cache_dir, tmp_pat
     """The compile worker reports the reference's sizes from meta tensors (nothing allocated,
     no forward run: untrusted code never runs under the compiler's limit) and a row reserves
     device memory by them."""
-    from curate.verify.row import ROW_MEMORY_FACTOR, row_memory_gb
+    from curate.verify.row import ROW_MEMORY_BASE_GB, ROW_MEMORY_FACTOR, row_memory_gb
     from curate.verify.worker.compile import meta_sizes
     monkeypatch.chdir(tmp_path)  # the program is written beside the worker's cwd
     ref = (FIX / "ref_gelu_residual.py").read_text()
     sizes = meta_sizes(ref, "t")
     assert sizes and sizes["inputs"] > 0 and sizes["outputs"] > 0
     assert meta_sizes("import torch\nclass Model(torch.nn.Module):\n    pass\n", "t") is None
-    assert row_memory_gb(None) == ROW_MEMORY_FACTOR * 0.25
+    assert row_memory_gb(None) == ROW_MEMORY_FACTOR * 0.25 + ROW_MEMORY_BASE_GB
     assert row_memory_gb({"inputs": 4, "outputs": 4, "params": 1.25}) == \
-        pytest.approx(ROW_MEMORY_FACTOR * (8 + 1.0))
+        pytest.approx(ROW_MEMORY_FACTOR * 8 + 2.5 + ROW_MEMORY_BASE_GB)
     row = pair("cpp_honest", backend="cpp", ref=(FIX / "ref_scale_add.py").read_text())
     with Verifier(device="cpu", workers=1, cache_dir=cache_dir, compile_workers=1) as v:
         memory = v.devices[0].memory

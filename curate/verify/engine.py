@@ -55,6 +55,7 @@ class Verifier:
         self.stats: Counter = Counter()
         self.phase_s: Counter = Counter()
         self.timed_wall_s = 0.0
+        self.startup_s = 0.0     # placement's probes and the pools, before the first row
         self._env_info = _local_versions()
         self._lock = threading.Lock()
         self._watchdog: Watchdog | None = None
@@ -95,7 +96,7 @@ class Verifier:
     def start(self) -> None:
         if self.scheduler is not None:
             return
-        cfg = self.cfg
+        cfg, t0 = self.cfg, time.monotonic()
         self.tmp = Path(tempfile.mkdtemp(prefix="curate-verify-"))
         os.chmod(self.tmp, 0o711)  # workers of their own uids pass through to their scratch
         for sub in ("", "ext", "triton", "inductor"):
@@ -130,6 +131,7 @@ class Verifier:
             self.compile_pool.share_server(first)
         self._watchdog = Watchdog(self.inflight)
         self._watchdog.start()
+        self.startup_s = time.monotonic() - t0
 
     def close(self) -> None:
         if self._watchdog is not None:

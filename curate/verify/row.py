@@ -19,9 +19,11 @@ from .sides import RowOver, Side
 from .timed import timed_rounds
 from .verdict import apply_findings
 
-# A row's device memory, as a multiple of its reference's inputs and outputs (from shapes): the
-# candidate keeps several input and output sets alive for the gates, the judge three outputs
-ROW_MEMORY_FACTOR = 9.0
+# A row's device memory, from its reference's inputs and outputs (shapes): the candidate keeps
+# its input sets, their pristine copies and a batch of outputs (its peak is about 13-14x the
+# inputs and outputs together), the judge its own sets and the reference outputs; a forward's
+# workspaces (convolutions, matmuls) add a few GB whatever the sizes
+ROW_MEMORY_FACTOR, ROW_MEMORY_BASE_GB = 16.0, 4.0
 
 
 def seed_of(*parts) -> int:
@@ -32,9 +34,9 @@ def seed_of(*parts) -> int:
 def row_memory_gb(size_gb: dict | None) -> float:
     """Device memory a row reserves, from the reference's shapes (`Compile(size=True)`)."""
     if not size_gb:
-        return ROW_MEMORY_FACTOR * 0.25
+        return ROW_MEMORY_FACTOR * 0.25 + ROW_MEMORY_BASE_GB
     io = size_gb.get("inputs", 0) + size_gb.get("outputs", 0)
-    return ROW_MEMORY_FACTOR * (io + (size_gb.get("params", 0) + 0.25) / 1.5)
+    return ROW_MEMORY_FACTOR * io + 2 * size_gb.get("params", 0) + ROW_MEMORY_BASE_GB
 
 
 class RowRun:
