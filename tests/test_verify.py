@@ -491,6 +491,23 @@ def test_rows_reserve_device_memory_from_the_reference_shapes(cache_dir, tmp_pat
     assert memory.used == 0 and "compile_s" in res.notes
 
 
+def test_a_row_that_needs_the_whole_device_runs_alone_once_after_the_others(cache_dir):
+    """A row whose memory estimate fills its device is not let in mid-run (that would drain
+    the device for it) and not run twice: it runs once, alone, after the rows that share."""
+    small = pair("cpp_honest", backend="cpp", ref=(FIX / "ref_scale_add.py").read_text())
+    with Verifier(device="cpu", workers=2, cache_dir=cache_dir, compile_workers=1) as v:
+        memory = v.devices[0].memory
+        memory.resize(4.0)   # below a CPU row's estimate: every row needs the whole device
+        order, reserved = [], []
+        acquire = memory.acquire
+        memory.acquire = lambda gb: (reserved.append(gb), acquire(gb))
+        for i, res in v.verify([small, dict(small, id="second")]):
+            order.append(i)
+            assert res.status == "verified", (res.status, res.reasons, res.error)
+            assert res.notes.get("alone") is True and not res.notes.get("alone_retry")
+    assert sorted(order) == [0, 1] and reserved == [4.0, 4.0]   # each ran once, alone
+
+
 @pytest.mark.gpu
 def test_gpu_confinement_is_probed_and_confined_workers_verify(cache_dir):
     """On the GPU, Landlock is used where a confined worker can run CUDA and Triton; either way

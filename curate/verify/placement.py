@@ -44,6 +44,7 @@ class Placement:
     total_gb: float | None = None
     limits: Limits = field(default_factory=Limits)
     probe_s: dict = field(default_factory=dict)   # seconds each start-up probe took
+    server: WorkerPool | None = None   # the probes' fork server, kept for the run's pools
 
     def pool(self, cfg: VerifyConfig, workers: int, uid_offset: int, freezer: Freezer,
              env: dict | None = None) -> WorkerPool:
@@ -94,6 +95,7 @@ def decide(cfg: VerifyConfig, scratch: str, first_gpu: int | None) -> Placement:
         if p.confined and p.transport.startswith("cuda"):
             # the transport was tried unconfined: try it once more the way workers will run
             p.transport = _decide_transport(cfg, p, probes, limits(cfg, True))
+        p.server = probes.keep(p.wrap)
     finally:
         probes.close()
     p.limits = limits(cfg, p.confined)
@@ -163,6 +165,10 @@ class Probes:
 
     def run(self, wrap, lim: Limits, slot: int) -> tuple[bool, str | None]:
         return probe_worker(self.cfg, self.p, wrap, lim, slot, pool=self.pool(wrap, lim, slot))
+
+    def keep(self, wrap) -> WorkerPool | None:
+        """The server for `wrap`, handed over (close() leaves it up)."""
+        return self._servers.pop(tuple(wrap or ()), None)
 
     def close(self) -> None:
         for server in self._servers.values():

@@ -39,6 +39,11 @@ def row_memory_gb(size_gb: dict | None) -> float:
     return ROW_MEMORY_FACTOR * io + 2 * size_gb.get("params", 0) + ROW_MEMORY_BASE_GB
 
 
+class WholeDevice(Exception):
+    """The row needs its device's whole memory: the engine runs it alone, once, after the rows
+    that can share the device (draining the device for it mid-run would idle it)."""
+
+
 class RowRun:
     """Verify one row on behalf of `run` (the engine's shared state)."""
 
@@ -64,8 +69,11 @@ class RowRun:
             size_gb = self._compile()
             with self.run.scheduler.place() as device:
                 self.res.device_index = device.index
-                need = device.memory.capacity if self.exclusive else \
-                    device.memory.clamp(row_memory_gb(size_gb))
+                need = device.memory.clamp(row_memory_gb(size_gb))
+                if need >= device.memory.capacity and not self.exclusive:
+                    raise WholeDevice   # alone, after the rows that share the device
+                if self.exclusive:
+                    need = device.memory.capacity
                 self.phase("waiting for device memory")
                 with device.memory.reserve(need):
                     self._pairs(device)
