@@ -376,8 +376,8 @@ def test_gpu_outputs_reach_the_judge_over_cuda_ipc(cache_dir):
     same row gives the same verdict and the same error every way."""
     rows = [pair("triton_gelu_residual", backend="triton", ref=GELU_REF)]
     verdicts = {}
-    for sandbox, mode in (("off", "auto"), ("auto", "auto"), ("auto", "cuda_fd"),
-                          ("auto", "memfd"), ("off", "inline")):
+    for sandbox, mode in (("off", "auto"), ("auto", "auto"), ("auto", "memfd"),
+                          ("off", "inline")):
         with Verifier(device="cuda", workers=1, timeout=300, cache_dir=cache_dir,
                       transport=mode, sandbox=sandbox) as v:
             key = (v.sandbox, v.transport)
