@@ -138,6 +138,8 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
                  "rows_per_device": {d.name: d.done for d in v.devices},
                  "replaced": v.replaced, "confined": v.confined,
                  "confine_probe": v.placement.confine_probe,
+                 "probe_s": v.placement.probe_s, "memory_gb": [d.memory.capacity
+                                                               for d in v.devices],
                  "transport": v.transport, "sandbox": v.sandbox}
     wall = time.monotonic() - t0
     timed = sum(r.timed_wall_s for r in results.values())
@@ -145,6 +147,9 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
         "wall_s": wall, "startup_s": t_ready - t0, "timed_wall_s": timed,
         "gpu_busy_share": timed / wall if wall else None,
         "pairs_per_hour": len(pairs) / wall * 3600 if wall else None,
+        # the rate once the workers are up (start-up is paid once a run, not once a row)
+        "pairs_per_hour_after_startup": len(pairs) / (wall - (t_ready - t0)) * 3600
+        if wall > t_ready - t0 else None,
         "statuses": dict(Counter(r.status for r in results.values())),
         "reasons": dict(Counter(x for r in results.values() for x in r.reasons)),
         "pool": stats,
@@ -157,7 +162,7 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
                      "seconds": round(r.seconds, 2), "reasons": r.reasons,
                      "device": r.device_index,
                      "notes": {k: r.notes.get(k) for k in _PHASES + (
-                         "phases_s", "budget_s", "timing_check", "timing", "peak_gb",
+                         "phases_s", "budget_s", "timing_check", "timing", "peak_gb", "judge_peak_gb",
                          "alone_retry", "patched", "size_gb")},
                      "error": (r.error or "")[:300] or None}
                  for k, r in results.items()},

@@ -376,8 +376,8 @@ def test_gpu_outputs_reach_the_judge_over_cuda_ipc(cache_dir):
     same row gives the same verdict and the same error every way."""
     rows = [pair("triton_gelu_residual", backend="triton", ref=GELU_REF)]
     verdicts = {}
-    for sandbox, mode in (("off", "auto"), ("auto", "auto"), ("auto", "cuda_fd"),
-                          ("auto", "memfd"), ("off", "inline")):
+    for sandbox, mode in (("off", "auto"), ("auto", "auto"), ("auto", "memfd"),
+                          ("off", "inline")):
         with Verifier(device="cuda", workers=1, timeout=300, cache_dir=cache_dir,
                       transport=mode, sandbox=sandbox) as v:
             key = (v.sandbox, v.transport)
@@ -469,16 +469,16 @@ def test_rows_reserve_device_memory_from_the_reference_shapes(cache_dir, tmp_pat
     """The compile worker reports the reference's sizes from meta tensors (nothing allocated,
     no forward run: untrusted code never runs under the compiler's limit) and a row reserves
     device memory by them."""
-    from curate.verify.row import ROW_MEMORY_FACTOR, row_memory_gb
+    from curate.verify.row import ROW_MEMORY_BASE_GB, ROW_MEMORY_FACTOR, row_memory_gb
     from curate.verify.worker.compile import meta_sizes
     monkeypatch.chdir(tmp_path)  # the program is written beside the worker's cwd
     ref = (FIX / "ref_gelu_residual.py").read_text()
     sizes = meta_sizes(ref, "t")
     assert sizes and sizes["inputs"] > 0 and sizes["outputs"] > 0
     assert meta_sizes("import torch\nclass Model(torch.nn.Module):\n    pass\n", "t") is None
-    assert row_memory_gb(None) == ROW_MEMORY_FACTOR * 0.25
+    assert row_memory_gb(None) == ROW_MEMORY_FACTOR * 0.25 + ROW_MEMORY_BASE_GB
     assert row_memory_gb({"inputs": 4, "outputs": 4, "params": 1.25}) == \
-        pytest.approx(ROW_MEMORY_FACTOR * (8 + 1.0))
+        pytest.approx(ROW_MEMORY_FACTOR * 8 + 2.5 + ROW_MEMORY_BASE_GB)
     row = pair("cpp_honest", backend="cpp", ref=(FIX / "ref_scale_add.py").read_text())
     with Verifier(device="cpu", workers=1, cache_dir=cache_dir, compile_workers=1) as v:
         memory = v.devices[0].memory
@@ -489,6 +489,23 @@ def test_rows_reserve_device_memory_from_the_reference_shapes(cache_dir, tmp_pat
     assert res.status == "verified", (res.status, res.reasons, res.error)
     assert reserved == [memory.clamp(row_memory_gb(None))]   # CPU rows are not sized
     assert memory.used == 0 and "compile_s" in res.notes
+
+
+def test_a_row_that_needs_the_whole_device_runs_alone_once_after_the_others(cache_dir):
+    """A row whose memory estimate fills its device is not let in mid-run (that would drain
+    the device for it) and not run twice: it runs once, alone, after the rows that share."""
+    small = pair("cpp_honest", backend="cpp", ref=(FIX / "ref_scale_add.py").read_text())
+    with Verifier(device="cpu", workers=2, cache_dir=cache_dir, compile_workers=1) as v:
+        memory = v.devices[0].memory
+        memory.resize(4.0)   # below a CPU row's estimate: every row needs the whole device
+        order, reserved = [], []
+        acquire = memory.acquire
+        memory.acquire = lambda gb: (reserved.append(gb), acquire(gb))
+        for i, res in v.verify([small, dict(small, id="second")]):
+            order.append(i)
+            assert res.status == "verified", (res.status, res.reasons, res.error)
+            assert res.notes.get("alone") is True and not res.notes.get("alone_retry")
+    assert sorted(order) == [0, 1] and reserved == [4.0, 4.0]   # each ran once, alone
 
 
 @pytest.mark.gpu

@@ -18,7 +18,8 @@ WHY = {"static_compile": "compiled for the problem's own shapes (torch.compile, 
        "sizes_not_module_constants": "sizes not module-level integer constants",
        "no_get_inputs": "no get_inputs", "reference_fails": "the reference fails at the second size",
        "out_of_memory": "out of memory at the second size", "timeout": "time ran out",
-       "off": "second shape switched off", "unsupported": "unsupported",
+       "off": "second shape switched off", "too_large": "too large for the device at the second size",
+       "harness_error": "the check itself failed", "unsupported": "unsupported",
        "not_verified": "not verified"}
 
 

@@ -103,7 +103,7 @@ class VerifyConfig:
         cpus = os.cpu_count() or 2
         ndev = len(self.devices) if self.devices else 1
         if self.device == "cuda":
-            self.workers = self.workers or max(2, min(8, cpus * 3 // 8 // ndev))
+            self.workers = self.workers or max(2, min(8, cpus // 2 // ndev))
             default_comp = max(2, cpus - ndev * self.workers)
         else:
             self.workers = self.workers or max(1, min(4, cpus))

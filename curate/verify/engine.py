@@ -30,7 +30,7 @@ from .gates import static_findings
 from .record import assemble
 from .placement import UID_COMPILE, UID_DEVICES, UID_PER_DEVICE, Placement, decide
 from .result import STATUSES, VerifyResult, infer_backend  # noqa: F401 - re-exported
-from .row import RowRun
+from .row import RowRun, WholeDevice
 from .scheduler import GPU_SHARE, Device, MemoryGate, Scheduler
 from .watch import InFlight, Watchdog
 
@@ -56,6 +56,7 @@ class Verifier:
         self.stats: Counter = Counter()
         self.phase_s: Counter = Counter()
         self.timed_wall_s = 0.0
+        self.startup_s = 0.0     # placement's probes and the pools, before the first row
         self._env_info = _local_versions()
         self._lock = threading.Lock()
         self._watchdog: Watchdog | None = None
@@ -96,7 +97,7 @@ class Verifier:
     def start(self) -> None:
         if self.scheduler is not None:
             return
-        cfg = self.cfg
+        cfg, t0 = self.cfg, time.monotonic()
         self.tmp = Path(tempfile.mkdtemp(prefix="curate-verify-"))
         os.chmod(self.tmp, 0o711)  # workers of their own uids pass through to their scratch
         for sub in ("", "ext", "triton", "inductor"):
@@ -120,7 +121,8 @@ class Verifier:
                                          self.freezer, dev.env())}
             devices.append(dev)
         self.scheduler = Scheduler(devices)
-        first = devices[0].pools["judge"]
+        # the probes' fork server, already up, serves every pool (one import of torch a run)
+        first = p.server or devices[0].pools["judge"]
         for dev in devices:
             for pool in dev.pools.values():
                 if pool is not first:
@@ -131,6 +133,7 @@ class Verifier:
             self.compile_pool.share_server(first)
         self._watchdog = Watchdog(self.inflight)
         self._watchdog.start()
+        self.startup_s = time.monotonic() - t0
 
     def close(self) -> None:
         if self._watchdog is not None:
@@ -141,6 +144,9 @@ class Verifier:
         if self.compile_pool is not None:
             self.compile_pool.close()
             self.compile_pool = None
+        if self.placement is not None and self.placement.server is not None:
+            self.placement.server.close()
+            self.placement.server = None
         if self.tmp:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
@@ -163,30 +169,36 @@ class Verifier:
         ndev = len(self.devices)
         threads = max(2 * self.cfg.workers * ndev + self.cfg.compile_workers + 1,
                       min(len(rows), 256))
-        crowded = []
+        alone, retried = [], set()
         with ThreadPoolExecutor(max_workers=min(len(rows), threads),
                                 thread_name_prefix="verify-row") as ex:
             futs = {ex.submit(self._one, i, row): i for i, row in enumerate(rows)}
             for f in as_completed(futs):
                 res = f.result()
-                if self.retry_oom_alone and "out_of_memory" in res.reasons:
-                    crowded.append(futs[f])   # the device was full of other rows' tensors
-                    continue
-                yield futs[f], self._count(res)
-        for i in sorted(crowded):   # once more, alone on its device
+                if res is None:
+                    alone.append(futs[f])     # too large to share its device
+                elif self.retry_oom_alone and "out_of_memory" in res.reasons:
+                    alone.append(futs[f])     # the device was full of other rows' tensors
+                    retried.add(futs[f])
+                else:
+                    yield futs[f], self._count(res)
+        for i in sorted(alone):   # alone on its device
             res = self._one(i, rows[i], exclusive=True)
-            res.notes["alone_retry"] = True
+            res.notes["alone_retry" if i in retried else "alone"] = True
             yield i, self._count(res)
 
     def verify_one(self, row: dict) -> VerifyResult:
         return next(self.verify([row]))[1]
 
-    def _one(self, index: int, row: dict, exclusive: bool = False) -> VerifyResult:
+    def _one(self, index: int, row: dict, exclusive: bool = False) -> VerifyResult | None:
+        """The row's result; None where it must run alone on its device (`WholeDevice`)."""
         t0 = time.monotonic()
         run = None
         try:
             run = RowRun(self, index, row, exclusive)
             res = run.verify()
+        except WholeDevice:
+            return None
         except Exception as exc:  # a harness bug costs the row, loudly
             log.error("verify failed on row %s: %s", row.get("id"), traceback.format_exc())
             res = VerifyResult(status="runtime_error", reasons=["harness_error"],

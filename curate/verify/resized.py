@@ -18,7 +18,7 @@ import random
 import traceback
 
 from .correctness import correctness
-from .shapes import second_shape
+from .shapes import FACTOR, second_shape
 from .sides import RowOver
 
 log = logging.getLogger("curate.verify")
@@ -34,9 +34,11 @@ def static_compile(row: dict) -> bool:
     return "/inductor" in (row.get("generator") or "")
 
 
-def second_pass(row, device) -> None:
+def second_pass(row, device, need) -> None:
     """Run after a first pass that left the row `verified`; the outcome goes to
-    `row.res.notes["second_shape"]` (and the row's status where it is `shape_specialized`)."""
+    `row.res.notes["second_shape"]` (and the row's status where it is `shape_specialized`).
+    `need(scale)`: the device memory the row reserves with its inputs and outputs `scale` times
+    as large; a second shape that would need the whole device is not run."""
     if row.res.status != "verified":
         return
     mode = row.cfg.second_shape
@@ -51,10 +53,16 @@ def second_pass(row, device) -> None:
     note.update(shape.record())
     if shape.code is None:
         return
+    gb = need(float(FACTOR ** len(shape.sizes)))
+    if gb >= device.memory.capacity and not row.exclusive:
+        note["why"] = "too_large"
+        return
     sub = _sub_run(row, shape.code)
     row.phase(None)   # the second pass's seconds are its own (phases_s: "second shape ...")
     try:
-        _pass(sub, device)
+        sub.phase("waiting for device memory")
+        with device.memory.reserve(gb):
+            _pass(sub, device)
     except RowOver:
         pass
     except Exception as exc:  # noqa: BLE001 - a harness bug here costs the check, not the row

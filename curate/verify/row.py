@@ -20,9 +20,11 @@ from .sides import RowOver, Side
 from .timed import timed_rounds
 from .verdict import apply_findings
 
-# A row's device memory, as a multiple of its reference's inputs and outputs (from shapes): the
-# candidate keeps several input and output sets alive for the gates, the judge three outputs
-ROW_MEMORY_FACTOR = 9.0
+# A row's device memory, from its reference's inputs and outputs (shapes): the candidate keeps
+# its input sets, their pristine copies and a batch of outputs (its peak is about 13-14x the
+# inputs and outputs together), the judge its own sets and the reference outputs; a forward's
+# workspaces (convolutions, matmuls) add a few GB whatever the sizes
+ROW_MEMORY_FACTOR, ROW_MEMORY_BASE_GB = 16.0, 4.0
 
 
 def seed_of(*parts) -> int:
@@ -33,9 +35,14 @@ def seed_of(*parts) -> int:
 def row_memory_gb(size_gb: dict | None) -> float:
     """Device memory a row reserves, from the reference's shapes (`Compile(size=True)`)."""
     if not size_gb:
-        return ROW_MEMORY_FACTOR * 0.25
+        return ROW_MEMORY_FACTOR * 0.25 + ROW_MEMORY_BASE_GB
     io = size_gb.get("inputs", 0) + size_gb.get("outputs", 0)
-    return ROW_MEMORY_FACTOR * (io + (size_gb.get("params", 0) + 0.25) / 1.5)
+    return ROW_MEMORY_FACTOR * io + 2 * size_gb.get("params", 0) + ROW_MEMORY_BASE_GB
+
+
+class WholeDevice(Exception):
+    """The row needs its device's whole memory: the engine runs it alone, once, after the rows
+    that can share the device (draining the device for it mid-run would idle it)."""
 
 
 class RowRun:
@@ -64,18 +71,27 @@ class RowRun:
             size_gb = self._compile()
             with self.run.scheduler.place() as device:
                 self.res.device_index = device.index
-                need = device.memory.capacity if self.exclusive else \
-                    device.memory.clamp(row_memory_gb(size_gb))
+                need = self._need(device, size_gb)
+                if need >= device.memory.capacity and not self.exclusive:
+                    raise WholeDevice   # alone, after the rows that share the device
                 self.phase("waiting for device memory")
                 with device.memory.reserve(need):
                     self._pairs(device)
-                    second_pass(self, device)
+                second_pass(self, device, lambda scale: self._need(device, size_gb, scale))
         except RowOver:
             pass
         self.phase(None)
         self.res.notes["phases_s"] = {k: round(v, 3) for k, v in self.spent.items()}
         self.res.notes["budget_s"] = {k: round(v, 3) for k, v in self.clock.by_phase.items()}
         return self.res
+
+    def _need(self, device, size_gb: dict | None, scale: float = 1.0) -> float:
+        """Device memory to reserve; `scale` multiplies the inputs and outputs (a second shape)."""
+        if self.exclusive:
+            return device.memory.capacity
+        if size_gb and scale != 1.0:
+            size_gb = {**size_gb, **{k: size_gb.get(k, 0) * scale for k in ("inputs", "outputs")}}
+        return device.memory.clamp(row_memory_gb(size_gb))
 
     def _precheck(self) -> None:
         """What the parent decides from the code alone (nothing runs)."""

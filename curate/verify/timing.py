@@ -32,6 +32,9 @@ FETCHES = 6                               # timed calls whose outputs the judge 
 TIMING_SLACK = {"cpu": (3.0, 2.0), "cuda": (3.0, 0.5)}   # (x ratio, + ms)
 NOISE_SHARE = 0.1    # the clock's noise allowance, at most this share of the reported time
 SLOW_FACTOR = 10.0   # a candidate 10x slower than the reference is timed with the fewest calls
+# counted rounds at most: on the GPU a round's fixed cost (two batches through the device gate)
+# outweighs what more than a dozen samples of a stable kernel add to its interval
+MAX_ROUNDS = {"cpu": 64, "cuda": 12}
 
 
 @dataclass
@@ -63,7 +66,8 @@ def plan(cand_ms: list, ref_ms: list, out_bytes: int, device: str, time_budget: 
     est = (cand + ref) / 1e3 + 2e-4
     n_total = int(min(max_timed, max(min_timed, time_budget / max(est, 1e-6))))
     return TimingPlan(per_batch=per_batch,
-                      rounds=1 + max(4, min(64, math.ceil(n_total / per_batch))))
+                      rounds=1 + max(4, min(MAX_ROUNDS[device],
+                                            math.ceil(n_total / per_batch))))
 
 
 @dataclass

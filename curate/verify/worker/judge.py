@@ -147,8 +147,10 @@ def finish(s: Session) -> Reply:
             s.ctx.flag("reference_unstable", fatal=True, status="degenerate_reference")
             s.ctx.notes["reference_vs_float64"] = unstable
     t = s.total
+    peak = {"judge_peak_gb": round(torch.cuda.max_memory_allocated() / 2**30, 3)} \
+        if s.device == "cuda" else {}
     return Finished(env=env_info(s.device), findings=list(s.ctx.findings),
-                    notes={**s.ctx.notes, **s.precision},
+                    notes={**s.ctx.notes, **s.precision, **peak},
                     comparison={"ok": t.ok, "reasons": t.reasons, "max_abs_err": t.max_abs_err,
                                 "max_rel_err": t.max_rel_err, "detail": t.detail,
                                 "outputs": t.outputs})
