@@ -21,7 +21,8 @@ from .record import SETTINGS, read
 # clocks and neighbours move it a few percent
 NOISE = {"cpu": 0.20, "cuda": 0.05}
 MIN_PREFIX = 6
-FIGURES = ("status", "reasons", "error", "speedup", "speedup_ci_low", "speedup_ci_high")
+FIGURES = ("status", "reasons", "error", "max_abs_err", "max_rel_err", "speedup",
+           "speedup_ci_low", "speedup_ci_high")
 
 
 @dataclass
@@ -129,9 +130,12 @@ def then_of(row: dict) -> dict:
     got = rec.get("outcome") or {}
     timing = rec.get("timing") or {}
     low, high = (timing.get("interval") or [None, None])[:2]
+    errs = rec.get("correctness") or {}
     return {"status": got.get("status", row.get("status")),
             "reasons": got.get("reasons", row.get("reasons") or []),
             "error": got.get("error", row.get("error")),
+            "max_abs_err": errs.get("max_abs_err", row.get("max_abs_err")),
+            "max_rel_err": errs.get("max_rel_err", row.get("max_rel_err")),
             "speedup": timing.get("speedup", row.get("speedup")),
             "speedup_ci_low": low if low is not None else row.get("speedup_ci_low"),
             "speedup_ci_high": high if high is not None else row.get("speedup_ci_high"),

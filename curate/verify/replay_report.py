@@ -20,6 +20,17 @@ def _where(fig: dict) -> str:
     return str(d.get("gpu") or d.get("cpu") or d.get("kind") or "-")
 
 
+def _errors(fig: dict) -> str:
+    a, r = fig.get("max_abs_err"), fig.get("max_rel_err")
+    if a is None and r is None:
+        return "-"
+    return f"abs {_num(a)}, rel {_num(r)}"
+
+
+def _num(v) -> str:
+    return v if isinstance(v, str) else "-" if v is None else f"{v:.2e}"
+
+
 def _error(fig: dict) -> str:
     text = (fig.get("error") or "-").strip().splitlines()
     return (text[0] if text else "-")[:WIDTH - 1]
@@ -29,6 +40,7 @@ def echo_replayed(r) -> None:
     lines = [("status", r.then.get("status") or "-", r.now.get("status") or "-"),
              ("reasons", ", ".join(r.then.get("reasons") or []) or "-",
               ", ".join(r.now.get("reasons") or []) or "-"),
+             ("max err", _errors(r.then), _errors(r.now)),
              ("error", _error(r.then), _error(r.now)),
              ("speedup", _speed(r.then), _speed(r.now)),
              ("device", _where(r.then), _where(r.now))]
