@@ -487,7 +487,8 @@ def test_rows_reserve_device_memory_from_the_reference_shapes(cache_dir, tmp_pat
         memory.acquire = lambda gb: (reserved.append(gb), acquire(gb))
         res = v.verify_one(row)
     assert res.status == "verified", (res.status, res.reasons, res.error)
-    assert reserved == [memory.clamp(row_memory_gb(None))]   # CPU rows are not sized
+    # CPU rows are not sized: the row's pass, then its second shape's, each the same estimate
+    assert reserved == [memory.clamp(row_memory_gb(None))] * 2
     assert memory.used == 0 and "compile_s" in res.notes
 
 
@@ -495,7 +496,8 @@ def test_a_row_that_needs_the_whole_device_runs_alone_once_after_the_others(cach
     """A row whose memory estimate fills its device is not let in mid-run (that would drain
     the device for it) and not run twice: it runs once, alone, after the rows that share."""
     small = pair("cpp_honest", backend="cpp", ref=(FIX / "ref_scale_add.py").read_text())
-    with Verifier(device="cpu", workers=2, cache_dir=cache_dir, compile_workers=1) as v:
+    with Verifier(device="cpu", workers=2, cache_dir=cache_dir, compile_workers=1,
+                  second_shape="off") as v:   # one reservation a row: its only pass
         memory = v.devices[0].memory
         memory.resize(4.0)   # below a CPU row's estimate: every row needs the whole device
         order, reserved = [], []
