@@ -55,6 +55,7 @@ class Verifier:
         self.tmp: Path | None = None
         self.stats: Counter = Counter()
         self.phase_s: Counter = Counter()
+        self.second_shape: Counter = Counter()   # verified rows: checked, or why not
         self.timed_wall_s = 0.0
         self.startup_s = 0.0     # placement's probes and the pools, before the first row
         self._env_info = _local_versions()
@@ -224,6 +225,10 @@ class Verifier:
             self.timed_wall_s += res.timed_wall_s
             for k, v in (res.notes.get("phases_s") or {}).items():
                 self.phase_s[k] += v
+            shape = res.notes.get("second_shape")
+            if shape:
+                self.second_shape["checked" if shape.get("checked") else
+                                  f"not_checked:{shape.get('why')}"] += 1
         return res
 
     @staticmethod

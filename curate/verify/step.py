@@ -59,6 +59,7 @@ class Verify(Step):
                 "workers": v.workers, "trials": v.trials, "sandbox": v.sandbox,
                 "sandbox_probe": v.sandbox_probe, "transport": v.transport,
                 "cpu_threads": v.cpu_threads, "retimed_rows": v.retimed,
+                "second_shape": dict(v.second_shape),
                 "startup_s": round(v.startup_s, 2),
                 "probe_s": v.placement.probe_s if v.placement else {},
                 "phase_s": {k: round(s, 2) for k, s in sorted(v.phase_s.items())}}
