@@ -141,6 +141,18 @@ def test_second_shape_is_not_possible_for_sizes_inside_functions():
     assert second_shape("x = 1\n").why == "no_get_inputs"
 
 
+# -- the second opinion --------------------------------------------------------------------------
+def test_the_second_opinion_labels_a_cache_and_a_hang_costs_only_the_label(monkeypatch):
+    from curate.verify import opinion
+    got = opinion.second_opinion((FIX / "stale_cache.py").read_text())
+    assert got["tool"] == "kernelguard" and got["flagged"] and got["labels"]
+    assert opinion.second_opinion((FIX / "cpp_honest.py").read_text())["flagged"] is False
+    monkeypatch.setattr(opinion, "TIMEOUT_S", 1e-4)   # as if its patterns backtracked for ever
+    assert "TimeoutError" in opinion.second_opinion("x = 1\n")["error"]
+    monkeypatch.setattr(opinion, "TIMEOUT_S", 30.0)
+    assert opinion.second_opinion("x = 1\n")["flagged"] is False   # a fresh helper
+
+
 # -- replay ------------------------------------------------------------------------------------
 def test_speed_agrees_within_the_intervals_noise():
     cpu = {"kind": "cpu", "cpu": "x"}

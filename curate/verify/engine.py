@@ -27,6 +27,7 @@ from .budget import Budget
 from .config import VerifyConfig, visible_gpus
 from .findings import Finding
 from .gates import static_findings
+from .opinion import close as close_opinion
 from .record import assemble
 from .placement import UID_COMPILE, UID_DEVICES, UID_PER_DEVICE, Placement, decide
 from .result import STATUSES, VerifyResult, infer_backend  # noqa: F401 - re-exported
@@ -137,6 +138,7 @@ class Verifier:
         self.startup_s = time.monotonic() - t0
 
     def close(self) -> None:
+        close_opinion()
         if self._watchdog is not None:
             self._watchdog.stop()
         if self.scheduler is not None:
