@@ -57,14 +57,15 @@ def _ignore_ctrl_c() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _ask(code: str) -> dict:
+def _ask(code, fn=analyze):
+    """`fn(code)` in the helper process, within `TIMEOUT_S` (else the helper is killed)."""
     global _pool
     with _lock:
         if _pool is None:
             # spawn: the parent runs threads, and a fork of it would copy their locks
             _pool = multiprocessing.get_context("spawn").Pool(1, initializer=_ignore_ctrl_c)
         pool = _pool
-    pending = pool.apply_async(analyze, (code,))
+    pending = pool.apply_async(fn, (code,))
     try:
         return pending.get(TIMEOUT_S)
     except multiprocessing.TimeoutError:
