@@ -243,3 +243,21 @@ def test_gpu_replay_agrees_on_an_honest_row_and_not_on_a_changed_one(tmp_path):
     write_rows(tmp_path / "changed.parquet", [changed])
     got = CliRunner().invoke(main, ["replay", str(tmp_path / "changed.parquet"), "triton_honest"])
     assert got.exit_code == 1 and "incorrect now" in got.output, got.output
+
+
+def test_replay_finds_a_row_by_prefix_in_a_builds_stages_and_says_when_it_is_ambiguous(
+        tmp_path):
+    from curate.errors import BadInput
+    from curate.verify.replay import find_rows
+    build = tmp_path / "build"
+    (build / "stages").mkdir(parents=True)
+    rec = json.dumps({"settings": {"device": "cpu"}})
+    base = {"pytorch_code": REF, "kernel_code": "x", "backend": "cpp"}
+    write_rows(build / "stages" / "02-dedup.parquet", [{**base, "id": "abcdef01"}])
+    write_rows(build / "stages" / "03-verify.parquet",
+               [{**base, "id": "abcdef01", "verification": rec},
+                {**base, "id": "abcdef02", "verification": rec}])
+    (row,) = find_rows(build, ["abcdef01"])        # the copy with a record, not dedup's
+    assert row["verification"] == rec
+    with pytest.raises(BadInput, match="2 rows have ids starting"):
+        find_rows(build, ["abcdef"])
