@@ -261,3 +261,14 @@ def test_replay_finds_a_row_by_prefix_in_a_builds_stages_and_says_when_it_is_amb
     assert row["verification"] == rec
     with pytest.raises(BadInput, match="2 rows have ids starting"):
         find_rows(build, ["abcdef"])
+
+
+def test_what_the_second_pass_blames_on_the_candidate():
+    from curate.verify.resized import not_judged
+    assert not_judged("incorrect", ["shape_mismatch"], "cpu") is None
+    assert not_judged("crashed", ["signal:SIGSEGV"], "cuda") is None
+    assert not_judged("timeout", ["candidate_timeout"], "cpu") is None   # it hung, not the ref
+    assert not_judged("timeout", ["correctness_deadline"], "cpu") == "timeout"
+    assert not_judged("reference_error", ["judge_timeout"], "cuda") == "reference_fails"
+    assert not_judged("runtime_error", ["out_of_memory"], "cuda") == "out_of_memory"
+    assert not_judged("runtime_error", ["out_of_memory"], "cpu") is None

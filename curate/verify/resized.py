@@ -3,11 +3,11 @@ candidate worker and a fresh judge load the reference program at the new sizes, 
 models from them and compare one trial, by the same requests as any first pass. The candidate
 sees a Load and a correctness sequence like every other: only the shapes differ.
 
-Correct at its own sizes and not at the second (wrong outputs, a crash, a gate failing there) is
-`shape_specialized`. Where the second size
-cannot be judged (the reference fails there, memory or time runs out, the sizes are not module
-constants, the generator compiled for the problem's own shapes), the row keeps its status and
-its record says why.
+Correct at its own sizes and not at the second (wrong outputs, a crash, a hang, a gate failing
+there) is `shape_specialized`. Where the second size cannot be judged (the reference fails
+there, the row's budget or the GPU's memory runs out, the sizes are not module constants, the
+generator compiled for the problem's own shapes), the row keeps its status and its record says
+why.
 """
 
 from __future__ import annotations
@@ -22,10 +22,21 @@ from .shapes import FACTOR, second_shape
 from .sides import RowOver
 
 log = logging.getLogger("curate.verify")
-# what the second pass cannot blame on the candidate
+# what the second pass cannot blame on the candidate: the reference failing at the new sizes,
+# the row's budget spent before a request, device memory that other rows may hold (on the CPU a
+# worker's memory is its own: running out there is the candidate's doing, as is hanging where
+# the reference did not)
 NOT_JUDGED = {"reference_error": "reference_fails", "degenerate_reference": "reference_fails",
               "timeout": "timeout", "unsupported": "unsupported"}
-NOT_JUDGED_REASONS = ("out_of_memory",)
+
+
+def not_judged(status: str, reasons: list, device: str) -> str | None:
+    """Why the second pass's outcome says nothing about the candidate (None: it does)."""
+    if status == "timeout" and "candidate_timeout" in reasons:
+        return None
+    if device == "cuda" and "out_of_memory" in reasons:
+        return "out_of_memory"
+    return NOT_JUDGED.get(status)
 
 
 def static_compile(row: dict) -> bool:
@@ -108,8 +119,7 @@ def _decide(row, sub, note: dict) -> None:
     if got.status == "verified":
         note["checked"] = True
         return
-    why = NOT_JUDGED.get(got.status) or next(
-        (r for r in got.reasons if r in NOT_JUDGED_REASONS), None)
+    why = not_judged(got.status, got.reasons, row.cfg.device)
     if why:
         note["why"] = why
         return
