@@ -125,7 +125,7 @@ def test_messages_round_trip_and_refuse_what_is_not_theirs():
         with pytest.raises(m.ProtocolError):
             m.decode(bad)
     with pytest.raises(m.ProtocolError):
-        m.decode(m.encode(m.Digests(digests=[1])), (m.Batch,))   # not what was asked for
+        m.decode(m.encode(m.Released(released=1)), (m.Batch,))   # not what was asked for
 
 
 def test_every_request_and_reply_encodes():
