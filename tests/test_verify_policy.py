@@ -125,7 +125,7 @@ def test_messages_round_trip_and_refuse_what_is_not_theirs():
         with pytest.raises(m.ProtocolError):
             m.decode(bad)
     with pytest.raises(m.ProtocolError):
-        m.decode(m.encode(m.Digests(digests=[1])), (m.Batch,))   # not what was asked for
+        m.decode(m.encode(m.Released(released=1)), (m.Batch,))   # not what was asked for
 
 
 def test_every_request_and_reply_encodes():
@@ -156,6 +156,20 @@ def test_memory_gate_admits_rows_while_they_fit():
     gate.release(6)
     t.join(2)
     assert got == [1]
+
+
+def test_memory_gate_lets_the_whole_device_in_once_every_row_gave_back():
+    """Floats given back in another order than they were taken leave a residue: a row that
+    needs the whole device must still get in once no row holds memory."""
+    gate = MemoryGate(10.0)
+    for gb in (0.1, 0.2, 0.7):
+        gate.acquire(gb)
+    for gb in (0.7, 0.1, 0.2):
+        gate.release(gb)
+    t = threading.Thread(target=gate.acquire, args=(gate.capacity,))
+    t.start()
+    t.join(2)
+    assert not t.is_alive() and gate.holders == 1
 
 
 def test_device_gate_writer_waits_only_for_young_readers():

@@ -101,14 +101,15 @@ def candidate_outputs(kernel: str = HONEST) -> tuple[list, list, list]:
     loaded = load("candidate", kernel)
     assert isinstance(loaded, m.Loaded), loaded
     batch = ask(m.Calls(calls=CALLS, check=2, keep=True))
-    assert isinstance(batch, m.Batch), batch
-    digests = ask(m.Digest())
+    assert isinstance(batch, m.Batch) and batch.digests == [], batch   # untimed: no commitment
+    timed = ask(m.Calls(calls=CALLS, timed=True, keep=True))
+    assert isinstance(timed, m.Batch), timed
     fetched = [ask(m.Fetch(index=i, transport="inline")) for i in range(len(CALLS))]
-    return digests.digests, fetched, batch
+    return timed.digests, fetched, batch
 
 
 def test_every_request_round_trips_through_the_handler():
-    """Compile, Load, Calls, Digest, Fetch, Finish in the candidate's worker; Load, Reference,
+    """Compile, Load, Calls, Fetch, Finish in the candidate's worker; Load, Reference,
     Calls, Compare, Finish in the judge; every reply is one of the protocol's messages."""
     compiled = ask(m.Compile(pytorch_code=REF, kernel_code=HONEST, tag="t", size=True))
     assert isinstance(compiled, m.Compiled) and compiled.import_s is not None
@@ -128,14 +129,15 @@ def test_every_request_round_trips_through_the_handler():
     assert isinstance(load("judge"), m.Loaded)
     ref = ask(m.Reference(calls=CALLS))
     assert isinstance(ref, m.Batch) and len(ref.ms) == len(CALLS)
-    assert ask(m.Digest()).digests == digests  # same seeds, same parameters, same bits
+    again = ask(m.Calls(calls=CALLS, timed=True, keep=True))
+    assert again.digests == digests  # same seeds, same parameters, same bits
     for call, out in zip(CALLS, fetched):
         got = ask(m.Compare(call=call, outputs=out.outputs, structure=out.structure,
                             transport="inline", digest=out.digest))
         assert isinstance(got, m.Compared) and got.ok, got
     timed = ask(m.Calls(calls=CALLS[:2], timed=True, keep=False))
     assert isinstance(timed, m.Batch) and len(timed.ms) == 2 and timed.structure is None
-    assert ask(m.Digest()).digests == []    # nothing kept from that batch
+    assert timed.digests == []    # nothing kept from that batch, nothing committed
     end = ask(m.Finish())
     assert isinstance(end, m.Finished) and end.comparison["ok"] is True
     assert end.env["torch_version"] == torch.__version__
@@ -560,15 +562,15 @@ def test_outputs_pass_between_two_real_workers(tmp_path, device, way):
                        tag="t", gates=False)
         assert isinstance(call(cand, m.Load(role="candidate", kernel_code=HONEST, **load_kw))[0],
                           m.Loaded)
-        call(cand, m.Calls(calls=CALLS, check=1))
-        committed = call(cand, m.Digest())[0].digests
+        committed = call(cand, m.Calls(calls=CALLS, check=1, timed=True))[0].digests
         out, fds = call(cand, m.Fetch(index=0, transport=way), accept_fds=True)
         try:
             assert out.outputs["transport"] == way and out.digest == committed[0]
             assert bool(fds) == (way != "cuda_ipc")
             assert isinstance(call(judge, m.Load(role="judge", **load_kw))[0], m.Loaded)
             call(judge, m.Reference(calls=CALLS[:1]))
-            assert call(judge, m.Digest())[0].digests == committed[:1]   # the same bits
+            again = call(judge, m.Calls(calls=CALLS[:1], timed=True))[0].digests
+            assert again == committed[:1]   # the same bits
             base = dict(call=CALLS[0], outputs=out.outputs, structure=out.structure)
             wrong_way = call(judge, m.Compare(transport="inline", **base), fds=fds)[0]
             got = call(judge, m.Compare(transport=way, digest=committed[0], **base),

@@ -36,3 +36,14 @@ def forget_programs() -> None:
     """Drop every loaded program from sys.modules (a worker that serves several tasks)."""
     while _loaded:
         sys.modules.pop(_loaded.pop(), None)
+
+
+def to_device(x, device):
+    """A program's value (tensors, nested in lists and tuples) on `device`; anything else as is.
+    torch is imported here lazily: this module is imported before workers pick their device."""
+    import torch
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_device(v, device) for v in x)
+    return x

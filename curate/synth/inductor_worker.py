@@ -23,7 +23,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from ..isolation.program import load_program
+from ..isolation.program import load_program, to_device
 
 
 def setup() -> None:
@@ -60,15 +60,6 @@ def load_reference(code: str):
     """Import the reference program from a file in the scratch dir (inspect and dynamo want one);
     the pid in its name keeps workers that share a directory apart."""
     return load_program(code, f"curate_ref_{os.getpid()}")
-
-
-def _to(x, device):
-    import torch
-    if isinstance(x, torch.Tensor):
-        return x.to(device)
-    if isinstance(x, (list, tuple)):
-        return type(x)(_to(v, device) for v in x)
-    return x
 
 
 def _flat_tensors(out) -> tuple[Any, list]:
@@ -385,7 +376,7 @@ def _handle(task: dict) -> dict:
         return out
     try:
         model = model.to(device).eval()
-        inputs = _to(inputs, device)
+        inputs = to_device(inputs, device)
         with torch.no_grad():
             expected = model(*inputs)
     except Exception as exc:  # noqa: BLE001
@@ -467,7 +458,7 @@ def _handle(task: dict) -> dict:
     if task.get("save_tensors"):
         path = Path(task["save_tensors"])
         torch.save({"seed": seed, "init": init,
-                    "inputs": _to(inputs, "cpu"),
+                    "inputs": to_device(inputs, "cpu"),
                     "expected": [t.detach().cpu() for t in exp_flat]}, path)
         out["tensors"] = str(path)
     out["ok"] = True

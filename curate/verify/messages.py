@@ -104,13 +104,6 @@ class Calls(Message):
 
 
 @dataclass
-class Digest(Message):
-    """One integer per call of the last batch, computed over every output byte: the worker
-    commits to outputs before the parent picks which to fetch."""
-    kind = "digest"
-
-
-@dataclass
 class Fetch(Message):
     """One kept output of the last batch, passed by `transport` for the judge."""
     kind = "fetch"
@@ -198,12 +191,6 @@ class Batch(Reply):
 
 
 @dataclass
-class Digests(Reply):
-    kind = "digests"
-    digests: list = field(default_factory=list)
-
-
-@dataclass
 class Outputs(Reply):
     kind = "outputs"
     outputs: typing.Optional[dict] = None
@@ -230,10 +217,9 @@ class Released(Reply):
     released: int = 0
 
 
-REQUESTS = (ProbeCuda, ProbeSend, ProbeReceive, Compile, Load, Reference, Calls, Digest, Fetch,
-            Compare, Finish, Release)
-REPLIES = (Failed, Probed, Compiled, Loaded, Batch, Digests, Outputs, Compared, Finished,
-           Released)
+REQUESTS = (ProbeCuda, ProbeSend, ProbeReceive, Compile, Load, Reference, Calls, Fetch, Compare,
+            Finish, Release)
+REPLIES = (Failed, Probed, Compiled, Loaded, Batch, Outputs, Compared, Finished, Released)
 KINDS: dict[str, type] = {c.kind: c for c in REQUESTS + REPLIES}
 assert len(KINDS) == len(REQUESTS) + len(REPLIES), "two messages share a kind"
 

@@ -82,6 +82,7 @@ class MemoryGate:
     def __init__(self, capacity_gb: float):
         self.capacity = max(1.0, capacity_gb)
         self.used = 0.0
+        self.holders = 0
         self._cond = threading.Condition()
 
     def clamp(self, gb: float) -> float:
@@ -94,13 +95,17 @@ class MemoryGate:
 
     def acquire(self, gb: float) -> None:
         with self._cond:
-            while self.used > 0 and self.used + gb > self.capacity:
+            # by holders, not by `used > 0`: sums of floats given back in another order leave
+            # a residue, and a row that needs the whole device would wait for it forever
+            while self.holders and self.used + gb > self.capacity:
                 self._cond.wait()
             self.used += gb
+            self.holders += 1
 
     def release(self, gb: float) -> None:
         with self._cond:
-            self.used = max(0.0, self.used - gb)
+            self.holders -= 1
+            self.used = max(0.0, self.used - gb) if self.holders else 0.0
             self._cond.notify_all()
 
     @contextlib.contextmanager

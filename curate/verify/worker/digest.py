@@ -1,5 +1,5 @@
 """One integer per call's outputs, over every output byte: the worker commits to its outputs
-(Digest) before the parent picks which to fetch, and the judge recomputes it over what it
+in a timed batch's own reply (Batch.digests) before the parent picks which to fetch, and the judge recomputes it over what it
 received (Compare), so an output fetched is the one committed to.
 
 Exact integer arithmetic on the tensor's own device, so the same bytes give the same value on

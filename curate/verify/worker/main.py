@@ -21,8 +21,6 @@ from ..messages import (
     Calls,
     Compare,
     Compile,
-    Digest,
-    Digests,
     Fetch,
     Finish,
     Load,
@@ -111,31 +109,22 @@ def _dispatch(req) -> Reply:
     if isinstance(req, Calls):
         return _timed_digests(s, req, candidate.calls(s, req) if role == "candidate"
                               else judge.calls(s, req.calls, req.keep))
-    if isinstance(req, Digest):
-        return _digests(s)
     if isinstance(req, Finish):
         return candidate.finish(s) if role == "candidate" else judge.finish(s)
     raise ValueError(f"no handler for {type(req).__name__}")
 
 
 def _timed_digests(s: session.Session, req: Calls, reply: Reply) -> Reply:
-    """A timed batch commits to its outputs in its own reply (inside the parent's clock)."""
+    """A timed batch commits to its outputs in its own reply (inside the parent's clock): one
+    digest per call, over every output byte."""
     if not (req.timed and req.keep and isinstance(reply, Batch)):
         return reply
-    got = _digests(s)
-    if not isinstance(got, Digests):
-        return got
-    reply.digests = got.digests
-    return reply
-
-
-def _digests(s: session.Session) -> Reply:
-    """One digest per call of the last batch (none when it kept no outputs)."""
     try:
-        return Digests(digests=[digest_mod.digest(items) for items, _ in s.kept or []])
+        reply.digests = [digest_mod.digest(items) for items, _ in s.kept or []]
     except BaseException as exc:  # noqa: BLE001 - a device fault the candidate left behind
         if s.role == "judge":
             return judge.reference_failed(exc, s.device)
         failed = classify_exception(exc, "call")
         failed.findings = list(s.ctx.findings)
         return session.mark_if_patched(failed)
+    return reply

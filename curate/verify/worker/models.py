@@ -10,6 +10,7 @@ import random
 
 import torch
 
+from ...isolation.program import to_device
 from .calls import poked
 
 
@@ -27,20 +28,12 @@ def _device_ctx(device: str):
     return torch.device(device) if device != "cpu" else contextlib.nullcontext()
 
 
-def _to(x, device):
-    if isinstance(x, torch.Tensor):
-        return x.to(device)
-    if isinstance(x, (list, tuple)):
-        return type(x)(_to(v, device) for v in x)
-    return x
-
-
 def make_inputs(mod, seed: int, device: str) -> list:
     """One trial's inputs: `get_inputs()` under the seed, created directly on the device."""
     seed_all(seed)
     with _device_ctx(device):
         inputs = list(mod.get_inputs())
-    return [_to(x, device) for x in inputs]
+    return [to_device(x, device) for x in inputs]
 
 
 def init_args(mod, seed: int, device: str) -> list:

@@ -68,7 +68,7 @@ def parse_calls(calls: list) -> list[tuple[int, float]]:
 
 
 def batch_reply(s: Session, ms: list, outputs: list) -> Batch:
-    """What a batch reports; its outputs stay in the worker for Digest and Fetch."""
+    """What a batch reports; its outputs stay in the worker for Fetch."""
     s.kept = outputs
     first = outputs[0] if outputs else None
     return Batch(ms=ms, findings=list(s.ctx.findings), structure=first[1] if first else None,
