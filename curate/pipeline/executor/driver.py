@@ -148,7 +148,7 @@ class Driver:
                 s.sid = step_id(step)
                 s.lane = self.make_lane(step, self._emitter(idx), self._failer(idx), self.out)
             self.stages.append(s)
-        self.stages[0].stats.started = 0.0
+        self.stages[0].stats.started = round(self.clock(), 3)
 
     def _emitter(self, idx: int):
         return lambda pos, outcome: self.events.put(("row", idx, pos, outcome))
@@ -206,11 +206,11 @@ class Driver:
             return
         s = self.stages[idx]
         row = ensure_id(row)
-        if s.stats.started is None:
-            s.stats.started = round(self.clock(), 3)
         if s.whole:
             s.table.append((pos, row))
             return
+        if s.stats.started is None:
+            s.stats.started = round(self.clock(), 3)
         s.stats.rows_in += 1
         key = row_key(row)
         hit = self.ledger.lookup(s.sid, [key]).get(key) if s.step.cache else None
@@ -235,6 +235,7 @@ class Driver:
         self._finish(s)
 
     def _submit_table(self, s: _Stage) -> None:
+        s.stats.started = round(self.clock(), 3)  # it could not start before its table
         items = sorted(s.table, key=lambda t: t[0])  # the staged build's order
         s.table = []
         keys = [row_key(r) for _, r in items]
