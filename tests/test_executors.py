@@ -147,7 +147,8 @@ def test_a_verify_actor_killed_mid_build_loses_no_row(corpus, cluster, tmp_path)
 def _slow_pipeline(tmp_path: Path, n: int) -> Path:
     from curate.tableio import write_rows
     code = "import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n" \
-           "        return x * {k}\n{pad}\ndef get_inputs():\n    return [torch.randn(4)]\n"
+           "        return x * {k}\n{pad}\ndef get_inputs():\n    return [torch.randn(4)]\n\n" \
+           "def get_init_inputs():\n    return []\n"
     write_rows(tmp_path / "in.parquet", [{"id": f"p{i}", "pytorch_code": code.format(
         k=i, pad="\n" * (i % 3))} for i in range(n)])
     spec = tmp_path / "pipe.yaml"

@@ -243,13 +243,13 @@ def test_build_on_replayed_replies_refines_verifies_and_selects(tmp_path, proble
     assert by["synth-llm"]["extra"]["turn0_correct"] == 1
     assert by["verify"]["statuses"] == {"verified": by["verify"]["rows_in"]}
     assert by["select"]["rows_out"] == 1 and by["select"]["extra"]["rule"] == "concise"
-    chosen = read_rows(out / "stages" / "04-select.parquet")
+    chosen = read_rows(out / "stages" / "05-select.parquet")
     assert chosen[0]["status"] == "verified" and "relu_affine_kernel" in chosen[0]["kernel_code"]
     assert "* 2.0 + 1.0" in chosen[0]["kernel_code"]
     assert by["keep"]["reasons"] == {"speed_not_measured": 1}  # the CPU measures no Triton speed
     card = (out / "README.md").read_text()
     assert "**LLM synthesis:**" in card and "**Selection:**" in card
-    traces = read_rows(out / "stages" / "01-synth-llm.parquet")
+    traces = read_rows(out / "stages" / "02-synth-llm.parquet")
     t1 = next(r for r in traces if r["sample"] == 0 and r["turn"] == 1)
     t0 = next(r for r in traces if r["sample"] == 0 and r["turn"] == 0)
     assert t1["parent_id"] == t0["id"] and "do not match" in t0["feedback"]

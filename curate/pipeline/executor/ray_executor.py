@@ -88,8 +88,10 @@ def actor_options(step: Step, stage: str, k: int) -> dict:
 
 
 def actor_count(step: Step, nodes: int, gpus: int) -> int:
-    if step.resources.gpus > 0:
-        return max(1, gpus)   # one per GPU
+    """verify: one per GPU. Any other step: one per node where it uses several cores (its pool
+    takes them all; on the GPU it gets a share of one device), else one."""
+    if step.name == "verify" and step.resources.gpus > 0:
+        return max(1, gpus)
     return max(1, nodes) if step.resources.cpus > 1 else 1
 
 
