@@ -1,7 +1,8 @@
 """How long `curate build` takes end to end under each executor, and when each stage worked.
 
     PYTHONPATH=. python benchmarks/build_kernelbench.py kernelbench [--kb DIR]
-        [--executors local,ray,staged] [--device cuda] [--ray-wheels DIR] [--out JSON]
+        [--executors local,ray,staged] [--device cuda] [--ray-wheels DIR] [--limit N]
+        [--out JSON]
     PYTHONPATH=. python benchmarks/build_kernelbench.py pipelines [--executors local,ray]
         [--ray-wheels DIR] [--out JSON]
 
@@ -139,6 +140,8 @@ def kernelbench_main(args, work: Path) -> list[dict]:
     kb = Path(args.kb or os.environ.get("CURATE_KERNELBENCH") or "")
     if not (kb / "level1").is_dir():
         sys.exit("needs KernelBench: --kb DIR or CURATE_KERNELBENCH (a folder with level1/)")
+    if args.limit:  # the first N problems of each level (a quick check of the set-up)
+        kb = subset(kb, args.limit, work / "kb-subset")
     pipe = kb_pipeline(kb, args.device, work / "kernelbench.yaml")
     runs = []
     for ex in args.executors:
@@ -147,6 +150,16 @@ def kernelbench_main(args, work: Path) -> list[dict]:
         runs.append(run)
         show(run)
     return runs
+
+
+def subset(kb: Path, n: int, dest: Path) -> Path:
+    import shutil
+    for level in ("level1", "level2", "level3"):
+        (dest / level).mkdir(parents=True, exist_ok=True)
+        files = sorted((kb / level).glob("*.py"), key=lambda p: int(p.name.split("_")[0]))
+        for f in files[:n]:
+            shutil.copy(f, dest / level / f.name)
+    return dest
 
 
 def pipelines_main(args, work: Path) -> list[dict]:
@@ -190,6 +203,8 @@ def main(argv=None) -> int:
     ap.add_argument("--kb", default=None, help="KernelBench folder (default $CURATE_KERNELBENCH)")
     ap.add_argument("--executors", default="local,ray", type=lambda s: s.split(","))
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--limit", type=int, default=None,
+                    help="kernelbench: the first N problems of each level only")
     ap.add_argument("--deadline", type=float, default=None, help="seconds each build may take")
     ap.add_argument("--ray-wheels", default=None, help="install Ray from this folder first")
     ap.add_argument("--work", default=None, help="build folders (default: a temporary one)")

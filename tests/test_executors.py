@@ -30,18 +30,8 @@ SUBSET = ["01_gelu_bias_residual.py", "04_mish_scale.py", "15_mse_loss.py",
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    """A local Ray cluster on loopback: 2 CPUs, an 80 MB object store, no dashboard."""
-    from ray._private import ray_constants
-    cluster_mode = ray_constants.ENABLE_RAY_CLUSTER
-    ray_constants.ENABLE_RAY_CLUSTER = False  # Ray's own switch: the node on 127.0.0.1
-    ctx = ray.init(num_cpus=2, object_store_memory=80 * 2**20, include_dashboard=False,
-                   runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
-    address = ctx.address_info["gcs_address"]
-    assert address.startswith("127.0.0.1:"), address
-    yield address
-    ray.shutdown()
-    ray_constants.ENABLE_RAY_CLUSTER = cluster_mode
+def cluster(ray_cluster):
+    return ray_cluster
 
 
 @pytest.fixture(scope="module")
