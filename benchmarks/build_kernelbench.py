@@ -4,7 +4,7 @@
         [--executors local,ray,staged] [--device cuda] [--ray-wheels DIR] [--limit N]
         [--out JSON]
     PYTHONPATH=. python benchmarks/build_kernelbench.py pipelines [--executors local,ray]
-        [--ray-wheels DIR] [--out JSON]
+        [--pipelines llm-replay,scrape-example] [--ray-wheels DIR] [--out JSON]
 
 kernelbench: KernelBench levels 1-3 (--kb, else $CURATE_KERNELBENCH) through ingest, synth
 inductor, dedup, verify and keep, once per executor, each a fresh `curate build` in a fresh build
@@ -137,7 +137,8 @@ def machine() -> dict:
 
 
 def kernelbench_main(args, work: Path) -> list[dict]:
-    kb = Path(args.kb or os.environ.get("CURATE_KERNELBENCH") or "")
+    from curate.sources.locate import kernelbench_path
+    kb = Path(args.kb or kernelbench_path() or "")  # $CURATE_KERNELBENCH, ../shared/data/...
     if not (kb / "level1").is_dir():
         sys.exit("needs KernelBench: --kb DIR or CURATE_KERNELBENCH (a folder with level1/)")
     if args.limit:  # the first N problems of each level (a quick check of the set-up)
@@ -167,7 +168,7 @@ def pipelines_main(args, work: Path) -> list[dict]:
     runs = []
     server = _serve(8011)
     try:
-        for name in ("llm-replay", "scrape-example"):
+        for name in args.pipelines:
             for ex in args.executors:
                 out = work / f"{name}-{ex}"
                 run = run_build(ROOT / "pipelines" / f"{name}.yaml", out, ex, args.deadline)
@@ -203,6 +204,8 @@ def main(argv=None) -> int:
     ap.add_argument("--kb", default=None, help="KernelBench folder (default $CURATE_KERNELBENCH)")
     ap.add_argument("--executors", default="local,ray", type=lambda s: s.split(","))
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--pipelines", default="llm-replay,scrape-example",
+                    type=lambda s: s.split(","), help="pipelines: which of pipelines/*.yaml")
     ap.add_argument("--limit", type=int, default=None,
                     help="kernelbench: the first N problems of each level only")
     ap.add_argument("--deadline", type=float, default=None, help="seconds each build may take")
