@@ -49,10 +49,11 @@ def examples_dir() -> Path:
     return ROOT / "examples"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster():
     """A Ray cluster on loopback that the tests start and stop: 2 CPUs, an 80 MB object store,
-    no dashboard; its address (GCS) for `curate build --executor ray --ray-address`."""
+    no dashboard; its address (GCS) for `curate build --executor ray --ray-address`. Per module:
+    no other test runs beside a Ray driver's threads."""
     ray = pytest.importorskip("ray", reason='needs Ray: pip install "curate[ray]"')
     from ray._private import ray_constants
     cluster_mode = ray_constants.ENABLE_RAY_CLUSTER
