@@ -30,8 +30,11 @@ log = logging.getLogger("curate")
 MAX_RESTARTS = 3        # an actor's process or node lost: start it again, this many times
 MAX_TASK_RETRIES = 3    # the calls it had not answered: send them again
 TASK_RETRIES = 2        # a whole-table task whose worker died
-VERIFY_GPU = 0.9        # one verify actor per GPU, leaving a share for synthesis on the GPU
-OTHER_GPU = 0.1
+# one verify actor per GPU (two would need 1.8), leaving shares for the other steps that use a GPU
+# (synth on the GPU, synth-llm's refinement checks): ten of them fit beside it, so that an
+# upstream step never waits for a GPU that verify, waiting for its rows, holds
+VERIFY_GPU = 0.9
+OTHER_GPU = 0.01
 MAX_CONCURRENCY = 4096  # rows in flight in one actor (the step's pools bound the real work)
 
 
