@@ -109,6 +109,19 @@ def test_every_executor_gives_every_row_the_same_status(corpus, cluster, tmp_pat
     assert verify["first_row"] is not None and synth["last_row"] is not None
 
 
+def test_the_scrape_pipeline_streams_alike_here_and_on_ray(cluster, tmp_path):
+    """pipelines/scrape-example.yaml (a few of torch's own modules): the same statuses."""
+    spec = load_pipeline(ROOT / "pipelines" / "scrape-example.yaml", device="cpu")
+    spec["source"]["scrape"]["limit"] = 4
+    seen = {}
+    for name in ("local", "ray"):
+        stats = build(spec, tmp_path / name, progress=False, executor=name)
+        by = {s["name"]: s for s in stats["stages"]}
+        assert by["verify"]["rows_in"] > 0, by
+        seen[name] = _statuses(tmp_path / name)
+    assert seen["local"] == seen["ray"]
+
+
 def test_a_verify_actor_killed_mid_build_loses_no_row(corpus, cluster, tmp_path):
     out = tmp_path / "b"
     killed = []
