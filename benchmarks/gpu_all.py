@@ -79,6 +79,19 @@ BENCHES = [
           600, headline="kept,verify_statuses"),
     Bench("llm_replay_verify", ["benchmarks/llm_replay.py", "verify", "--device", "cuda",
                                 "--out", "{out}"], 600, headline="verdicts"),
+    # the streaming build and the Ray build of KernelBench L1-L3, then the shipped pipelines under
+    # both executors (build_kernelbench.py; Ray from the wheels of benchmarks/ray_wheel.sh)
+    Bench("build_kb_local", ["benchmarks/build_kernelbench.py", "kernelbench", "--kb", "{kb}",
+                             "--executors", "local", "--deadline", "{deadline}",
+                             "--work", "{dir}/kb-builds", "--out", "{out}"], 600,
+          needs_kb=True, headline="runs"),
+    Bench("build_kb_ray", ["benchmarks/build_kernelbench.py", "kernelbench", "--kb", "{kb}",
+                           "--executors", "ray", "--ray-wheels", "{wheels}",
+                           "--deadline", "{deadline}", "--work", "{dir}/kb-builds",
+                           "--out", "{out}"], 600, needs_kb=True, headline="runs"),
+    Bench("build_pipelines", ["benchmarks/build_kernelbench.py", "pipelines", "--ray-wheels",
+                              "{wheels}", "--work", "{dir}/pipeline-builds", "--out", "{out}"],
+          600, headline="runs"),
     Bench("scrape_build", ["benchmarks/scrape_yield.py", "--build", "--device", "cuda",
                            "--build-dir", "{dir}/scrape-build", "--out", "{out}"], 600,
           headline="kept,seconds"),
@@ -117,7 +130,9 @@ def run_one(b: Bench, out_dir: Path, tag: str, kb: str | None, limit: int) -> di
     if b.needs_kb and not kb:
         return {"name": b.name, "status": "skipped: needs --kernelbench", "seconds": 0}
     deadline = str(max(30, limit - 30))  # the benchmark's own deadline, before the hard limit
-    args = [a.format(out=result, kb=kb, dir=out_dir, deadline=deadline) for a in b.args]
+    wheels = os.environ.get("CURATE_RAY_WHEELS", str(ROOT / ".whl_ray"))
+    args = [a.format(out=result, kb=kb, dir=out_dir, deadline=deadline, wheels=wheels)
+            for a in b.args]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     t0 = time.monotonic()

@@ -47,3 +47,21 @@ def kernelbench_dir(request) -> Path:
 @pytest.fixture(scope="session")
 def examples_dir() -> Path:
     return ROOT / "examples"
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A Ray cluster on loopback that the tests start and stop: 2 CPUs, an 80 MB object store,
+    no dashboard; its address (GCS) for `curate build --executor ray --ray-address`. Per module:
+    no other test runs beside a Ray driver's threads."""
+    ray = pytest.importorskip("ray", reason='needs Ray: pip install "curate[ray]"')
+    from ray._private import ray_constants
+    cluster_mode = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False  # Ray's own switch: the node on 127.0.0.1
+    ctx = ray.init(num_cpus=2, object_store_memory=80 * 2**20, include_dashboard=False,
+                   runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    address = ctx.address_info["gcs_address"]
+    assert address.startswith("127.0.0.1:"), address
+    yield address
+    ray.shutdown()
+    ray_constants.ENABLE_RAY_CLUSTER = cluster_mode

@@ -218,17 +218,21 @@ def _pipeline(tmp_path: Path, ex: Path, url: str, steps: str, **synth) -> Path:
     return p
 
 
+@pytest.mark.parametrize("executor", ["local", "ray"])
 def test_build_on_replayed_replies_refines_verifies_and_selects(tmp_path, problems,
-                                                               replay_server):
+                                                               replay_server, executor, request):
     """ingest -> synth-llm (2 samples, 2 turns, Triton checked under the interpreter) -> dedup
-    -> verify -> select -> keep, and the turn-1 prompt carries the turn-0 mismatch."""
+    -> verify -> select -> keep, and the turn-1 prompt carries the turn-0 mismatch; streamed
+    here and on a Ray cluster alike."""
+    if executor == "ray":
+        request.getfixturevalue("ray_cluster")
     ex, _ = problems
     pipe = _pipeline(tmp_path, ex, replay_server.url,
                      '  - dedup: {jaccard: 0.9, "on": kernel}\n  - verify: {}\n'
                      "  - select: {by: concise, per_problem: 1}\n  - keep: {}\n", turns=2)
     out = tmp_path / "b"
     res = CliRunner().invoke(main, ["build", "--pipeline", str(pipe), "--out", str(out),
-                                    "--quiet"])
+                                    "--quiet", "--executor", executor])
     assert res.exit_code == 0, res.output
     fix = [r for r in replay_server.state.requests
            if len(r["messages"]) == 4 and r["seed"] == 0 and TINY.strip() in
@@ -241,15 +245,18 @@ def test_build_on_replayed_replies_refines_verifies_and_selects(tmp_path, proble
     assert by["synth-llm"]["rows_out"] == 4 and by["synth-llm"]["dropped"] == 4
     assert by["synth-llm"]["extra"]["turn0_incorrect"] == 1
     assert by["synth-llm"]["extra"]["turn0_correct"] == 1
-    assert by["verify"]["statuses"] == {"verified": by["verify"]["rows_in"]}
+    # verify sees every candidate (dedup comes after it: the turn-0 mismatch is verified too);
+    # of its near copies, dedup keeps the verified one
+    assert by["verify"]["statuses"] == {"verified": 3, "incorrect": 1}
+    assert {r["status"] for r in read_rows(out / "stages" / "04-dedup.parquet")} == {"verified"}
     assert by["select"]["rows_out"] == 1 and by["select"]["extra"]["rule"] == "concise"
-    chosen = read_rows(out / "stages" / "04-select.parquet")
+    chosen = read_rows(out / "stages" / "05-select.parquet")
     assert chosen[0]["status"] == "verified" and "relu_affine_kernel" in chosen[0]["kernel_code"]
     assert "* 2.0 + 1.0" in chosen[0]["kernel_code"]
     assert by["keep"]["reasons"] == {"speed_not_measured": 1}  # the CPU measures no Triton speed
     card = (out / "README.md").read_text()
     assert "**LLM synthesis:**" in card and "**Selection:**" in card
-    traces = read_rows(out / "stages" / "01-synth-llm.parquet")
+    traces = read_rows(out / "stages" / "02-synth-llm.parquet")
     t1 = next(r for r in traces if r["sample"] == 0 and r["turn"] == 1)
     t0 = next(r for r in traces if r["sample"] == 0 and r["turn"] == 0)
     assert t1["parent_id"] == t0["id"] and "do not match" in t0["feedback"]

@@ -106,15 +106,17 @@ class _Programs:
 def dedup(rows: list[dict], *, jaccard_threshold: float = 0.8, on: str = "both",
           cfg: SketchConfig = SketchConfig(), evalsets: list[EvalSet] = (),
           index: RedisIndex | None = None, workers: int | None = None,
-          exact_band: float = 0.1) -> DedupResult:
-    """Decide keep/drop for every row (see the module docstring)."""
+          exact_band: float = 0.1, near: bool = True) -> DedupResult:
+    """Decide keep/drop for every row (see the module docstring). `near=False`: decontaminate
+    only (steps 1-2), every other row kept as a cluster of its own."""
     if on not in ON:
         raise ValueError(f"on must be one of {ON}, got {on!r}")
     with Signer(workers) as signer:
-        return _dedup(rows, jaccard_threshold, on, cfg, evalsets, index, signer, exact_band)
+        return _dedup(rows, jaccard_threshold, on, cfg, evalsets, index, signer, exact_band,
+                      near)
 
 
-def _dedup(rows, jaccard_threshold, on, cfg, evalsets, index, signer, exact_band):
+def _dedup(rows, jaccard_threshold, on, cfg, evalsets, index, signer, exact_band, near=True):
     t0 = time.monotonic()
     n = len(rows)
     ids = [row.get("id") or content_hash(row.get("pytorch_code"), row.get("kernel_code"))
@@ -146,6 +148,8 @@ def _dedup(rows, jaccard_threshold, on, cfg, evalsets, index, signer, exact_band
         stats["evalset_problems"] = 0
     for i, label in contaminated.items():
         decisions[i] = Decision(keep=False, reasons=[f"contaminated:{label}"])
+    if not near:
+        return _contamination_only(decisions, ids, contaminated, stats, t0)
 
     # 3. row signatures and exact keys for the chosen column(s)
     has_k = np.array([bool(c) for c in k_codes]) if k_codes else None
@@ -234,6 +238,16 @@ def _dedup(rows, jaccard_threshold, on, cfg, evalsets, index, signer, exact_band
         stats["index_added"] = index.insert([ids[i] for i in kept], sigs[kept])
         stats["index_size"] = len(index)
     stats["seconds"] = round(time.monotonic() - t0, 3)
+    return DedupResult(decisions, stats)
+
+
+def _contamination_only(decisions: list[Decision], ids: list[str], contaminated: dict,
+                        stats: dict, t0: float) -> DedupResult:
+    for i, d in enumerate(decisions):
+        if d.keep:
+            d.cluster_id = ids[i]
+    stats.update(clusters=0, dropped_duplicates=0, dropped_contaminated=len(contaminated),
+                 seconds=round(time.monotonic() - t0, 3))
     return DedupResult(decisions, stats)
 
 

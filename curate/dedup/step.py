@@ -24,7 +24,8 @@ class Dedup(Step):
 
     def __init__(self, jaccard: float = 0.8, against: Sequence[str] = (), on: str = "both",
                  index: str | None = None, abstract: bool = False, num_perm: int = 128,
-                 shingle: int = 5, tokenizer: str = "fast", workers: int | None = None):
+                 shingle: int = 5, tokenizer: str = "fast", workers: int | None = None,
+                 near: bool = True):
         if not 0.0 < float(jaccard) <= 1.0:
             raise BadInput(f"jaccard must be in (0, 1], got {jaccard}", fix="e.g. --jaccard 0.8")
         if on not in ON:
@@ -34,6 +35,7 @@ class Dedup(Step):
         if isinstance(against, str):
             against = [against]
         self.jaccard = float(jaccard)
+        self.near = bool(near)
         self.against = [str(a) for a in against or ()]
         self.on = on
         self.index_url = index
@@ -49,9 +51,24 @@ class Dedup(Step):
         self.report: dict[str, Any] = {}
 
     def config(self) -> dict:
-        return {"jaccard": self.jaccard, "on": self.on, "index": self.index_url,
+        near = {} if self.near else {"near": False}  # the old key where nothing changed
+        return {"jaccard": self.jaccard, "on": self.on, "index": self.index_url, **near,
                 "sketch": self.sketch.to_json(),
                 "against": {spec: evalsets.files_stamp(p) for spec, p in self._paths.items()}}
+
+    def split(self) -> tuple["Dedup", "Dedup"]:
+        """Two steps that stream (pipeline/plan.py): the references, decontaminated (and near
+        duplicates among them dropped, unless `on: kernel`), right after the source; the
+        candidates, near duplicates among them, after verify, where a cluster's representative
+        is its verified, fastest row (core.rank_key)."""
+        from ..pipeline.registry import make
+        args = self.recipe[2] if hasattr(self, "recipe") else {"jaccard": self.jaccard,
+                                                             "against": self.against, "on": self.on}
+        refs = {**args, "on": "pytorch", "index": None, "near": self.on != "kernel"}
+        cands = {**args, "against": []}
+        return make(Dedup, refs, name="dedup-refs"), make(Dedup, cands, decontaminates=False)
+
+    decontaminates = True  # False: the candidates' half of a split (references done before)
 
     def setup(self) -> None:
         self._evalsets = [evalsets.load(spec, p) for spec, p in self._paths.items()
@@ -62,6 +79,9 @@ class Dedup(Step):
                     if spec == "@kernelbench" else "")
             log.warning("!!! dedup: evaluation set %s was not found%s: NO DECONTAMINATION "
                         "against it was done; the dataset card will say so", spec, hint)
+        if not self.decontaminates:
+            self.report = {"decontamination": "done on the references (dedup-refs)"}
+            return
         self.report = {
             "decontaminated": bool(self._evalsets),
             "decontaminated_against": {ev.spec: str(ev.path) for ev in self._evalsets},
@@ -82,7 +102,8 @@ class Dedup(Step):
             index = RedisIndex(self.index_url, self.sketch,
                                *lsh_params(self.jaccard, self.sketch.num_perm))
         result = dedup(rows, jaccard_threshold=self.jaccard, on=self.on, cfg=self.sketch,
-                       evalsets=self._evalsets, index=index, workers=self.workers)
+                       evalsets=self._evalsets, index=index, workers=self.workers,
+                       near=self.near)
         self.report.update(result.stats)
         log.info("dedup: %d rows, %d clusters, %d duplicates and %d contaminated rows dropped "
                  "(%.1fs)", len(rows), result.stats["clusters"],

@@ -20,6 +20,9 @@ from .limits import Limits
 from .zygote import Zygote
 
 
+_ALL, _FAILED = object(), object()  # map's markers: every task read; reading failed
+
+
 @dataclass
 class TaskResult:
     """What happened to one task. `status` is ok, error (the handler raised), timeout, crashed
@@ -322,30 +325,51 @@ class WorkerPool:
 
     def map(self, tasks: Iterable[Any], timeouts: Iterable[float] | None = None
             ) -> Iterator[tuple[int, TaskResult]]:
-        tasks = list(tasks)
-        touts = list(timeouts) if timeouts is not None else [self.timeout] * len(tasks)
+        """(index, result) of every task as it finishes. `tasks` is read as it comes (a
+        streaming build's rows arrive while earlier ones run): a worker takes the next task as
+        soon as it is free, never waiting for a batch."""
+        touts = iter(timeouts) if timeouts is not None else None
         todo: queue.Queue = queue.Queue()
-        for i, t in enumerate(tasks):
-            todo.put((i, t))
         done: queue.Queue = queue.Queue()
+        nslots = max(1, len(self.slots))
+        if isinstance(tasks, (list, tuple)):  # no idle feeders for a short list
+            nslots = max(1, min(nslots, len(tasks)))
+
+        def produce():
+            n = 0
+            try:
+                for t in tasks:
+                    todo.put((n, t, next(touts) if touts is not None else self.timeout))
+                    n += 1
+            except BaseException as exc:  # handed to the caller, in its own thread
+                done.put((_FAILED, exc))
+            for _ in range(nslots):
+                todo.put(None)
+            done.put((_ALL, n))
 
         def feed(slot: _Slot):
-            while True:
-                try:
-                    i, t = todo.get_nowait()
-                except queue.Empty:
-                    return
-                res = self._run_on(slot, t, touts[i])
+            while (item := todo.get()) is not None:
+                i, t, tout = item
+                res = self._run_on(slot, t, tout)
                 if self.fresh:
                     slot.kill()
                 done.put((i, res))
 
-        threads = [threading.Thread(target=feed, args=(s,), daemon=True)
-                   for s in self.slots[:max(1, min(len(self.slots), len(tasks)))]]
+        threads = [threading.Thread(target=produce, daemon=True)]
+        threads += [threading.Thread(target=feed, args=(s,), daemon=True)
+                    for s in self.slots[:nslots]]
         for th in threads:
             th.start()
-        for _ in range(len(tasks)):
-            yield done.get()
+        total, given = None, 0
+        while total is None or given < total:
+            i, res = done.get()
+            if i is _ALL:
+                total = res
+            elif i is _FAILED:
+                raise res
+            else:
+                given += 1
+                yield i, res
         for th in threads:
             th.join()
 

@@ -15,37 +15,33 @@ from .. import __version__
 from ..hub.shards import write_shards
 from ..tableio import TableWriter, clear_leftovers, read_batches
 from . import config as pconfig
-from .runner import Runner, cache_key, stage_paths, step_id
+from .executor import make_executor
+from .executor.base import Executor
+from .plan import plan
+from .runner import stage_paths
 
 log = logging.getLogger("curate")
 
 
-def build(spec: dict, out_dir: str | Path, *, progress: bool = True) -> dict:
-    """Run `spec` (see pipeline/config.py) into `out_dir`; return the stats written to stats.json."""
+def build(spec: dict, out_dir: str | Path, *, progress: bool = True,
+          executor: str | Executor = "local", ray_address: str | None = None) -> dict:
+    """Run `spec` (see pipeline/config.py) into `out_dir` with `executor` (pipeline/executor:
+    local, staged or ray); return the stats written to stats.json."""
     out = Path(out_dir)
     source = pconfig.build_source(spec)  # every setting checked before anything is written
-    steps = pconfig.build_steps(spec)
+    steps = plan(pconfig.build_steps(spec))
+    if isinstance(executor, str):
+        executor = make_executor(executor, ray_address=ray_address)
     out.mkdir(parents=True, exist_ok=True)
     (out / "pipeline.yaml").write_text(pconfig.dump(spec))
     clear_leftovers(out / "stages")  # what a killed run left half-written
     clear_leftovers(out)
     t0 = time.monotonic()
-    runner = Runner(out, progress=progress)
-    try:
-        kept, rejected = stage_paths(out, 0, source.name)
-        runner.run_source(0, source, kept, rejected)
-        upstream = cache_key(source.name, source.config())
-        for i, step in enumerate(steps, start=1):
-            nxt, rej = stage_paths(out, i, step.name)
-            runner.run_step(i, step, kept, nxt, rej, upstream=upstream)
-            upstream = cache_key(upstream, step_id(step))
-            kept = nxt
-        stages = [stage_paths(out, i, s.name)[1] for i, s in
-                  enumerate([source, *steps])]
-        _concat(stages, out / "rejected.parquet")
-        shards = write_shards(kept, out / "data")
-    finally:
-        runner.close()
+    stage_stats = executor.run(source, steps, out, progress=progress, t0=t0)
+    _concat([stage_paths(out, i, s.name)[1] for i, s in enumerate([source, *steps])],
+            out / "rejected.parquet")
+    shards = write_shards(stage_paths(out, len(steps), ([source, *steps])[-1].name)[0],
+                          out / "data")
     stats = {
         "curate_version": __version__,
         "pipeline": spec.get("name"),
@@ -55,7 +51,8 @@ def build(spec: dict, out_dir: str | Path, *, progress: bool = True) -> dict:
         "seconds": round(time.monotonic() - t0, 3),
         "kept": sum(pq.ParquetFile(p).metadata.num_rows for p in shards),
         "rejected": pq.ParquetFile(out / "rejected.parquet").metadata.num_rows,
-        "stages": [s.to_json() for s in runner.stats],
+        **executor.info(),
+        "stages": [s.to_json() for s in stage_stats],
         "shards": [p.relative_to(out).as_posix() for p in shards],
     }
     tmp = out / ".stats.json.tmp"  # a build cut short never leaves a stats.json half-written

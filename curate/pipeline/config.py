@@ -121,7 +121,7 @@ def instantiate(cls, args: dict, spec: dict, name: str):
                        + ", ".join(k for k in params if k != "self"))
     for k, v in args.items():
         check_setting(k, v, f"step {name!r}", spec.get("_file"))
-    return cls(**args)
+    return registry.make(cls, args)
 
 
 def build_source(spec: dict):

@@ -39,3 +39,20 @@ def load(spec: str, table: dict[str, str]):
         return getattr(module, attr)
     except AttributeError:
         raise BadInput(f"{mod} has no {attr}", fix="check the step path") from None
+
+
+def make(cls, args: dict, **attrs):
+    """`cls(**args)` with `attrs` set on it, remembering how it was made (`recipe`), so that an
+    executor can make the same step again in another process (a Ray actor) without pickling a
+    live one."""
+    obj = cls(**args)
+    for k, v in attrs.items():
+        setattr(obj, k, v)
+    obj.recipe = (cls.__module__, cls.__qualname__, dict(args), attrs)
+    return obj
+
+
+def remake(recipe: tuple):
+    """The step that `make` made, made again from its recipe."""
+    mod, name, args, attrs = recipe
+    return make(getattr(importlib.import_module(mod), name), args, **attrs)

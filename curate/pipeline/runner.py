@@ -63,6 +63,27 @@ class StageStats:
     skipped: bool = False
     extra: dict = field(default_factory=dict)  # what the step reports (Step.stats())
     resources: dict = field(default_factory=dict)  # what the step declared it needs (Resources)
+    # the timeline, in seconds since the build started: the stage began, its first and last
+    # row were answered, it ended
+    started: float | None = None
+    first_row: float | None = None
+    last_row: float | None = None
+    ended: float | None = None
+
+    def row_done(self, now: float) -> None:
+        if self.first_row is None:
+            self.first_row = round(now, 3)
+        self.last_row = round(now, 3)
+
+    @classmethod
+    def from_json(cls, prev: dict, skipped: bool = False) -> "StageStats":
+        known = {f.name for f in dataclasses.fields(cls)}
+        st = cls(**{k: v for k, v in prev.items()
+                    if k in known and k not in ("reasons", "statuses", "skipped")})
+        st.reasons = Counter(prev.get("reasons", {}))
+        st.statuses = Counter(prev.get("statuses", {}))
+        st.skipped = skipped
+        return st
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
@@ -75,13 +96,17 @@ class Runner:
     """Drives stages into `out_dir`; the same code serves `curate build` and single-stage commands."""
 
     def __init__(self, out_dir: str | Path, *, ledger_path: str | Path | None = None,
-                 progress: bool = True):
+                 progress: bool = True, t0: float | None = None):
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._ledger_path = ledger_path or self.out_dir / "ledger.sqlite"
         self._ledger: Ledger | None = None
         self.progress = progress
         self.stats: list[StageStats] = []
+        self.t0 = time.monotonic() if t0 is None else t0  # the timeline's zero
+
+    def clock(self) -> float:
+        return time.monotonic() - self.t0
 
     @property
     def ledger(self) -> Ledger:
@@ -98,18 +123,20 @@ class Runner:
             return done
         self._begin(idx, source.name, out, rejected)
         source.attach_ledger(self.ledger)
-        st = StageStats(source.name)
+        st = StageStats(source.name, started=round(self.clock(), 3))
         t0 = time.monotonic()
         bar = Progress(f"[{idx:02d}] {source.name}", enabled=self.progress)
         with TableWriter(out) as kept, TableWriter(rejected) as dropped:
             for outcomes in source.read():
                 self._tally(st, outcomes, kept, dropped, source.name)
                 st.rows_in += len(outcomes)
+                st.row_done(self.clock())
                 bar.update(len(outcomes))
         bar.close()
         if not st.rows_in:
             log.warning("[%02d] %s: no rows were read; %s is an empty table", idx, source.name, out)
         st.seconds = time.monotonic() - t0
+        st.ended = round(self.clock(), 3)
         self.ledger.mark_stage(idx, source.name, fp, st.to_json())
         self.stats.append(st)
         return st
@@ -127,7 +154,8 @@ class Runner:
             log.warning("[%02d] %s: %s has no rows; %s will be an empty table", idx, step.name,
                         inp, out)
         self._begin(idx, step.name, out, rejected)
-        st = StageStats(step.name, resources=dataclasses.asdict(step.resources))
+        st = StageStats(step.name, resources=dataclasses.asdict(step.resources),
+                        started=round(self.clock(), 3))
         t0 = time.monotonic()
         bar = Progress(f"[{idx:02d}] {step.name}", total, enabled=self.progress)
         step.bind_dir(self.out_dir)
@@ -139,24 +167,17 @@ class Runner:
                     outcomes = self._process(step, sid, rows, keys, scope, st, bar)
                     st.rows_in += len(rows)
                     self._tally(st, outcomes, kept, dropped, step.name)
-            st.extra = self._report(step, st)
+            st.extra = step_report(step.stats(), st)
         finally:
             if total:
                 step.teardown()
             bar.close()
             self.ledger.commit()
         st.seconds = time.monotonic() - t0
+        st.ended = round(self.clock(), 3)
         self.ledger.mark_stage(idx, step.name, fp, st.to_json())
         self.stats.append(st)
         return st
-
-    @staticmethod
-    def _report(step: Step, st: StageStats) -> dict:
-        """What the step reports (Step.stats()), its statuses counted over every row."""
-        extra = dict(step.stats() or {})
-        if "statuses" in extra:  # the step saw only the rows it computed in this run
-            extra["statuses"] = dict(st.statuses)
-        return extra
 
     def _batches(self, step: Step, inp: Path) -> Iterator[tuple[list[dict], list[str], str]]:
         if step.batch_size is None:
@@ -176,6 +197,8 @@ class Runner:
         outcomes: list[Outcome | None] = [cached.get(k) for k in ledger_keys]
         todo = [i for i, o in enumerate(outcomes) if o is None]
         st.cached += len(rows) - len(todo)
+        if len(todo) < len(rows):
+            st.row_done(self.clock())
         bar.update(len(rows) - len(todo))
         if todo:
             t0 = time.monotonic()
@@ -187,6 +210,7 @@ class Runner:
                 if step.cache:
                     self.ledger.record(sid, ledger_keys[i], outcome, time.monotonic() - t0)
                 st.computed += 1
+                st.row_done(self.clock())
                 bar.update(1)
             missing = [todo[j] for j in range(len(todo)) if outcomes[todo[j]] is None]
             if missing:
@@ -196,21 +220,7 @@ class Runner:
     # -- shared --------------------------------------------------------------------------
     def _tally(self, st: StageStats, outcomes: list[Outcome], kept: TableWriter,
                dropped: TableWriter, stage: str) -> None:
-        keep_rows, drop_rows = [], []
-        for o in outcomes:
-            for r in o.kept:
-                keep_rows.append(ensure_id(r))
-            extra = [(x["row"], x["reasons"]) for x in o.also_dropped]
-            for row, reasons in ([(o.dropped, o.reasons)] if o.dropped is not None else []) + extra:
-                d = ensure_id(dict(row))
-                d["stage"] = stage
-                drop_rows.append(d)
-                st.dropped += 1
-                st.reasons.update(reasons or ["unspecified"])
-        st.statuses.update(r["status"] for r in keep_rows + drop_rows if r.get("status"))
-        st.rows_out += len(keep_rows)
-        kept.write(keep_rows)
-        dropped.write(drop_rows)
+        tally(st, outcomes, kept, dropped, stage)
 
     def _begin(self, idx: int, name: str, out: Path, rejected: Path) -> None:
         """Before a stage writes: forget its old marker (its files are about to change, and a
@@ -223,11 +233,7 @@ class Runner:
     def _finished(self, idx: int, name: str, fp: str, out: Path, rejected: Path):
         prev = self.ledger.stage_done(idx, name, fp)
         if prev is not None and out.is_file() and rejected.is_file():
-            st = StageStats(name, **{k: v for k, v in prev.items()
-                                     if k not in ("name", "reasons", "statuses", "skipped")})
-            st.reasons = Counter(prev.get("reasons", {}))
-            st.statuses = Counter(prev.get("statuses", {}))
-            st.skipped = True
+            st = StageStats.from_json(prev, skipped=True)
             log.info("[%02d] %s: finished earlier, reusing %s", idx, name, out.name)
             self.stats.append(st)
             return st
@@ -236,6 +242,34 @@ class Runner:
     def close(self) -> None:
         if self._ledger is not None:
             self._ledger.close()
+
+
+def step_report(extra: dict | None, st: StageStats) -> dict:
+    """What the step reports (Step.stats()), its statuses counted over every row."""
+    extra = dict(extra or {})
+    if "statuses" in extra:  # the step saw only the rows it computed in this run
+        extra["statuses"] = dict(st.statuses)
+    return extra
+
+
+def tally(st: StageStats, outcomes: list[Outcome], kept, dropped, stage: str) -> None:
+    """Count `outcomes` into `st` and write their kept and dropped rows (dropped rows with their
+    stage and reasons)."""
+    keep_rows, drop_rows = [], []
+    for o in outcomes:
+        for r in o.kept:
+            keep_rows.append(ensure_id(r))
+        extra = [(x["row"], x["reasons"]) for x in o.also_dropped]
+        for row, reasons in ([(o.dropped, o.reasons)] if o.dropped is not None else []) + extra:
+            d = ensure_id(dict(row))
+            d["stage"] = stage
+            drop_rows.append(d)
+            st.dropped += 1
+            st.reasons.update(reasons or ["unspecified"])
+    st.statuses.update(r["status"] for r in keep_rows + drop_rows if r.get("status"))
+    st.rows_out += len(keep_rows)
+    kept.write(keep_rows)
+    dropped.write(drop_rows)
 
 
 def _file_digest(path: Path) -> str:

@@ -94,6 +94,19 @@ class Step(abc.ABC):
     def process(self, rows: list[dict]) -> list[Outcome] | Iterator[tuple[int, Outcome]]:
         """Answer every row: Outcomes aligned with `rows`, or (index, Outcome) pairs."""
 
+    def process_stream(self, rows: Iterable[dict]) -> Iterator[tuple[int, Outcome]]:
+        """Answer rows that arrive while the step runs (a streaming build hands a pipeline.feed
+        .Feed): (index in arrival order, Outcome) pairs. By default the rows that have arrived
+        go to `process` together, at most `batch_size` at a time; steps whose pools take rows
+        one by one override it, so that no row waits for a slow neighbour's batch."""
+        from .feed import batches
+        start = 0
+        for batch in batches(rows, self.batch_size or 64):
+            result = self.process(batch)
+            for j, outcome in (enumerate(result) if isinstance(result, list) else result):
+                yield start + j, outcome
+            start += len(batch)
+
 
 class Filter(Step):
     """A step that answers keep-or-drop for each row, with a reason when it drops."""

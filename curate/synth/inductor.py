@@ -11,8 +11,9 @@ crashes its worker is a dropped row with a machine-readable reason, never a fail
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from typing import Iterable, Iterator
 
+from ..pipeline.feed import recorded
 from ..pipeline.step import Outcome, Resources, Step
 from ..record import add_reasons, content_hash
 from .rewrite import RewriteError
@@ -203,13 +204,16 @@ class InductorSynth(Step):
                 "sandbox": self.sandbox}
 
     def process(self, rows: list[dict]) -> Iterator[tuple[int, Outcome]]:
+        return self.process_stream(rows)
+
+    def process_stream(self, rows: Iterable[dict]) -> Iterator[tuple[int, Outcome]]:
+        """Each reference goes to the next free worker as it arrives."""
         if self.pool is None:
             self.setup()
-        tasks = [{"pytorch_code": r.get("pytorch_code") or "", "device": self.device,
-                  "mode": self.mode, "seed": 0, "not_after": self.not_after} for r in rows]
+        seen: list[dict] = []
         crowded = []
-        for i, res in self.pool.map(tasks):
-            row = dict(rows[i])
+        for i, res in self.pool.map(self._task(r) for r in recorded(rows, seen)):
+            row = dict(seen[i])
             self._seconds.append(res.seconds)
             outcome = self._outcome(row, res)
             if self.device == "cuda" and "synth:oom" in (outcome.reasons or []):
@@ -217,9 +221,13 @@ class InductorSynth(Step):
                 continue
             yield i, outcome
         for i in crowded:
-            res = self.pool.call(tasks[i])
+            res = self.pool.call(self._task(seen[i]))
             self._seconds.append(res.seconds)
-            yield i, self._outcome(dict(rows[i]), res)
+            yield i, self._outcome(dict(seen[i]), res)
+
+    def _task(self, row: dict) -> dict:
+        return {"pytorch_code": row.get("pytorch_code") or "", "device": self.device,
+                "mode": self.mode, "seed": 0, "not_after": self.not_after}
 
     def _outcome(self, row: dict, res) -> Outcome:
         if res.status == "timeout":

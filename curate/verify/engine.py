@@ -9,17 +9,19 @@ row in flight, results as rows finish), close.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
+import queue
 import shutil
 import tempfile
 import threading
 import time
 import traceback
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from ..isolation.freeze import Freezer
 from ..isolation.sandbox import SandboxUnavailable  # noqa: F401 - where callers import it
@@ -28,8 +30,8 @@ from .config import VerifyConfig, visible_gpus
 from .findings import Finding
 from .gates import static_findings
 from .opinion import close as close_opinion
-from .record import assemble
 from .placement import UID_COMPILE, UID_DEVICES, UID_PER_DEVICE, Placement, decide
+from .record import assemble
 from .result import STATUSES, VerifyResult, infer_backend  # noqa: F401 - re-exported
 from .row import RowRun, WholeDevice
 from .scheduler import GPU_SHARE, Device, MemoryGate, Scheduler
@@ -154,7 +156,7 @@ class Verifier:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
 
-    def __enter__(self) -> "Verifier":
+    def __enter__(self) -> Verifier:
         self.start()
         return self
 
@@ -163,32 +165,59 @@ class Verifier:
 
     # -- the work -----------------------------------------------------------------------------
     def verify(self, rows: Iterable[dict]) -> Iterator[tuple[int, VerifyResult]]:
-        """Yield `(index, VerifyResult)` for every row as it finishes."""
-        rows = list(rows)
-        if not rows:
+        """Yield `(index, VerifyResult)` for every row as it finishes. `rows` is read as it
+        comes (a streaming build's rows arrive while earlier ones run): each row starts as soon
+        as it arrives."""
+        it = iter(rows)
+        first = next(it, None)
+        if first is None:
             return
         self.start()
         self.inflight.restart()
-        ndev = len(self.devices)
-        threads = max(2 * self.cfg.workers * ndev + self.cfg.compile_workers + 1,
-                      min(len(rows), 256))
+        threads = max(2 * self.cfg.workers * len(self.devices) + self.cfg.compile_workers + 1,
+                      256 if not isinstance(rows, list) else min(len(rows), 256))
+        seen: list[dict] = []
         alone, retried = [], set()
-        with ThreadPoolExecutor(max_workers=min(len(rows), threads),
-                                thread_name_prefix="verify-row") as ex:
-            futs = {ex.submit(self._one, i, row): i for i, row in enumerate(rows)}
-            for f in as_completed(futs):
-                res = f.result()
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="verify-row") as ex:
+            for i, res in self._as_finished(ex, itertools.chain([first], it), seen):
                 if res is None:
-                    alone.append(futs[f])     # too large to share its device
+                    alone.append(i)     # too large to share its device
                 elif self.retry_oom_alone and "out_of_memory" in res.reasons:
-                    alone.append(futs[f])     # the device was full of other rows' tensors
-                    retried.add(futs[f])
+                    alone.append(i)     # the device was full of other rows' tensors
+                    retried.add(i)
                 else:
-                    yield futs[f], self._count(res)
-        for i in sorted(alone):   # alone on its device
-            res = self._one(i, rows[i], exclusive=True)
+                    yield i, self._count(res)
+        for i in sorted(alone):   # alone on its device, once the rows that share it are done
+            res = self._one(i, seen[i], exclusive=True)
             res.notes["alone_retry" if i in retried else "alone"] = True
             yield i, self._count(res)
+
+    def _as_finished(self, ex: ThreadPoolExecutor, rows: Iterator[dict], seen: list[dict]
+                     ) -> Iterator[tuple[int, VerifyResult]]:
+        """Every row started as it is read (into `seen`), its result given as it finishes."""
+        done: queue.Queue = queue.Queue()
+
+        def submit_all():
+            try:
+                for i, row in enumerate(rows):
+                    seen.append(row)
+                    ex.submit(self._one, i, row).add_done_callback(
+                        lambda f, i=i: done.put((i, f)))
+                done.put((None, len(seen)))
+            except BaseException as exc:  # raised to the caller, in its thread
+                done.put((None, exc))
+
+        threading.Thread(target=submit_all, daemon=True, name="verify-feed").start()
+        total, given = None, 0
+        while total is None or given < total:
+            i, f = done.get()
+            if i is None:
+                if isinstance(f, BaseException):
+                    raise f
+                total = f
+                continue
+            given += 1
+            yield i, f.result()
 
     def verify_one(self, row: dict) -> VerifyResult:
         return next(self.verify([row]))[1]

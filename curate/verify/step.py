@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from typing import Iterable, Iterator
 
+from ..pipeline.feed import recorded
 from ..pipeline.step import Outcome, Resources, Step
 from ..record import add_reasons
 from .config import parse_devices
@@ -65,8 +66,14 @@ class Verify(Step):
                 "phase_s": {k: round(s, 2) for k, s in sorted(v.phase_s.items())}}
 
     def process(self, rows: list[dict]) -> Iterator[tuple[int, Outcome]]:
-        for i, res in self.verifier.verify(rows):
-            row = dict(rows[i])
+        return self.process_stream(rows)
+
+    def process_stream(self, rows: Iterable[dict]) -> Iterator[tuple[int, Outcome]]:
+        """Each row starts as it arrives (the verifier reads its input as it comes)."""
+        seen: list[dict] = []
+        for i, res in self.verifier.verify(recorded(rows, seen)):
+            row = dict(seen[i])
             row.update(res.columns())
             add_reasons(row, *res.reasons)
             yield i, Outcome.keep(row)
+

@@ -199,7 +199,7 @@ class Replay:
 
     def __init__(self, folder: str | Path, examples: str | Path | None = None):
         self.folder = Path(folder)
-        examples = Path(examples) if examples else Path(__file__).resolve().parents[1] / "examples"
+        examples = Path(examples) if examples else Path(__file__).resolve().parents[2] / "examples"
         self.sources: dict[str, str] = {}
         for p in sorted(examples.glob("*.py")):
             self.sources[p.stem] = _squash(p.read_text())

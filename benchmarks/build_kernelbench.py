@@ -1,0 +1,236 @@
+"""How long `curate build` takes end to end under each executor, and when each stage worked.
+
+    PYTHONPATH=. python benchmarks/build_kernelbench.py kernelbench [--kb DIR]
+        [--executors local,ray,staged] [--device cuda] [--ray-wheels DIR] [--limit N]
+        [--out JSON]
+    PYTHONPATH=. python benchmarks/build_kernelbench.py pipelines [--executors local,ray]
+        [--pipelines llm-replay,scrape-example] [--ray-wheels DIR] [--out JSON]
+
+kernelbench: KernelBench levels 1-3 (--kb, else $CURATE_KERNELBENCH) through ingest, synth
+inductor, dedup, verify and keep, once per executor, each a fresh `curate build` in a fresh build
+directory (the compile cache of verify is kept by CURATE_CACHE_DIR per executor run, so no run
+reads another's). pipelines: pipelines/llm-replay.yaml (real CUDA load_inline and Triton
+candidates, answers replayed by tests/support/llmserver.py) and pipelines/scrape-example.yaml,
+under each executor: rows per stage and the kept CUDA pairs with their speedups.
+
+Each run prints the stage timeline (when each stage started, answered its first and last row,
+and ended, in seconds since the build started) and the table is written as JSON with the
+machine and the versions (default benchmarks/results/build_kernelbench_<gpu>.json).
+
+The GPU machine has no network and no Ray: --ray-wheels DIR installs Ray from DIR first (made
+here by `benchmarks/ray_wheel.sh 3.12 .whl_ray`: Ray's wheel trimmed to about 35 MB with its
+requirements, small enough to carry in one call), with `pip install --no-index --find-links`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+STAGE_KEYS = ("name", "rows_in", "rows_out", "dropped", "cached", "started", "first_row",
+              "last_row", "ended")
+
+
+def kb_pipeline(kb: Path, device: str, dest: Path) -> Path:
+    """KernelBench L1-L3 -> inductor -> dedup (no decontamination: these are the problems) ->
+    verify -> keep every verified pair at least as fast as its reference."""
+    paths = json.dumps([str(kb / f"level{n}") for n in (1, 2, 3)])
+    dest.write_text(f"""name: kernelbench-l1-l3
+device: {device}
+threshold: 1.0
+source:
+  ingest: {{paths: {paths}, format: kernelbench}}
+steps:
+  - synth-inductor: {{}}
+  - dedup: {{jaccard: 0.8}}
+  - verify: {{}}
+  - keep: {{}}
+""")
+    return dest
+
+
+def run_build(pipeline: Path, out: Path, executor: str, deadline: float | None) -> dict:
+    """One fresh `curate build`; its stats.json with the wall time and the exit code."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT),
+           "CURATE_CACHE_DIR": str(out.with_name(out.name + ".cache"))}
+    cmd = [sys.executable, "-m", "curate", "build", "--pipeline", str(pipeline), "--out",
+           str(out), "--quiet", "--executor", executor]
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, timeout=deadline, capture_output=True,
+                              text=True)
+        rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-3000:]
+    except subprocess.TimeoutExpired:
+        rc, tail = 124, "cut at the deadline"
+    wall = round(time.monotonic() - t0, 1)
+    stats_file = out / "stats.json"
+    stats = json.loads(stats_file.read_text()) if rc == 0 and stats_file.is_file() else {}
+    return {"executor": executor, "exit": rc, "wall_s": wall, "stats": stats,
+            "output_tail": tail if rc else None}
+
+
+def timeline(run: dict) -> list[dict]:
+    return [{k: s.get(k) for k in STAGE_KEYS} for s in run["stats"].get("stages", [])]
+
+
+def show(run: dict) -> None:
+    st = run["stats"]
+    print(f"\n== {run.get('pipeline', '')} executor={run['executor']} exit={run['exit']} "
+          f"wall={run['wall_s']}s build={st.get('seconds')}s kept={st.get('kept')}")
+    if run["exit"]:
+        print(run.get("output_tail") or "")
+        return
+    print(f"{'stage':<16}{'in':>6}{'out':>6}{'drop':>6}{'start':>8}{'first':>8}{'last':>8}"
+          f"{'end':>8}")
+    for s in timeline(run):
+        cells = [f"{s[k]:>8.1f}" if isinstance(s[k], (int, float)) else f"{'-':>8}"
+                 for k in ("started", "first_row", "last_row", "ended")]
+        print(f"{s['name']:<16}{s['rows_in']:>6}{s['rows_out']:>6}{s['dropped']:>6}"
+              + "".join(cells))
+    for p in run.get("cuda_pairs", [])[:40]:
+        print(f"  kept {p['backend']:<6} {p['problem']:<36} speedup {p['speedup']:.2f}x "
+              f"(95% low {p['ci_low']:.2f})")
+
+
+def kept_pairs(build: Path) -> list[dict]:
+    from curate.tableio import read_rows
+    rows = [r for p in sorted((build / "data").glob("*.parquet")) for r in read_rows(p)]
+    pairs = [{"problem": Path(r.get("path") or r.get("entry_point") or "?").stem,
+              "backend": r.get("backend"), "speedup": r.get("speedup") or 0.0,
+              "ci_low": r.get("speedup_ci_low") or 0.0} for r in rows]
+    return sorted(pairs, key=lambda p: -p["speedup"])
+
+
+def install_ray(wheels: str | None) -> str | None:
+    try:
+        import ray
+        return ray.__version__
+    except ImportError:
+        pass
+    if not wheels:
+        return None
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--find-links",
+                    wheels, "ray"], check=True)
+    out = subprocess.run([sys.executable, "-c", "import ray; print(ray.__version__)"],
+                         capture_output=True, text=True)
+    return out.stdout.strip() or None
+
+
+def machine() -> dict:
+    from llm_replay import machine as llm_machine, versions
+    info = {**llm_machine(), **versions(), "cpus": os.cpu_count(),
+            "platform": platform.platform()}
+    from curate import __version__
+    info["curate"] = __version__
+    return info
+
+
+def kernelbench_main(args, work: Path) -> list[dict]:
+    from curate.sources.locate import kernelbench_path
+    kb = Path(args.kb or kernelbench_path() or "")  # $CURATE_KERNELBENCH, ../shared/data/...
+    if not (kb / "level1").is_dir():
+        sys.exit("needs KernelBench: --kb DIR or CURATE_KERNELBENCH (a folder with level1/)")
+    if args.limit:  # the first N problems of each level (a quick check of the set-up)
+        kb = subset(kb, args.limit, work / "kb-subset")
+    pipe = kb_pipeline(kb, args.device, work / "kernelbench.yaml")
+    runs = []
+    for ex in args.executors:
+        run = run_build(pipe, work / f"kb-{ex}", ex, args.deadline)
+        run["pipeline"] = "kernelbench-l1-l3"
+        runs.append(run)
+        show(run)
+    return runs
+
+
+def subset(kb: Path, n: int, dest: Path) -> Path:
+    import shutil
+    for level in ("level1", "level2", "level3"):
+        (dest / level).mkdir(parents=True, exist_ok=True)
+        files = sorted((kb / level).glob("*.py"), key=lambda p: int(p.name.split("_")[0]))
+        for f in files[:n]:
+            shutil.copy(f, dest / level / f.name)
+    return dest
+
+
+def pipelines_main(args, work: Path) -> list[dict]:
+    from llm_replay import _serve
+    runs = []
+    server = _serve(8011)
+    try:
+        for name in args.pipelines:
+            for ex in args.executors:
+                out = work / f"{name}-{ex}"
+                run = run_build(ROOT / "pipelines" / f"{name}.yaml", out, ex, args.deadline)
+                run["pipeline"] = name
+                if run["exit"] == 0:
+                    run["cuda_pairs"] = [p for p in kept_pairs(out) if p["backend"] == "cuda"]
+                    run["kept_by_backend"] = _count(p["backend"] for p in kept_pairs(out))
+                runs.append(run)
+                show(run)
+    finally:
+        server.kill()
+    return runs
+
+
+def _count(items) -> dict:
+    out: dict = {}
+    for x in items:
+        out[x] = out.get(x, 0) + 1
+    return out
+
+
+def summary(runs: list[dict]) -> list[dict]:
+    return [{"pipeline": r.get("pipeline"), "executor": r["executor"], "exit": r["exit"],
+             "wall_s": r["wall_s"], "build_s": r["stats"].get("seconds"),
+             "kept": r["stats"].get("kept"), "timeline": timeline(r),
+             "kept_by_backend": r.get("kept_by_backend"), "cuda_pairs": r.get("cuda_pairs")}
+            for r in runs]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("mode", choices=["kernelbench", "pipelines"])
+    ap.add_argument("--kb", default=None, help="KernelBench folder (default $CURATE_KERNELBENCH)")
+    ap.add_argument("--executors", default="local,ray", type=lambda s: s.split(","))
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--pipelines", default="llm-replay,scrape-example",
+                    type=lambda s: s.split(","), help="pipelines: which of pipelines/*.yaml")
+    ap.add_argument("--limit", type=int, default=None,
+                    help="kernelbench: the first N problems of each level only")
+    ap.add_argument("--deadline", type=float, default=None, help="seconds each build may take")
+    ap.add_argument("--ray-wheels", default=None, help="install Ray from this folder first")
+    ap.add_argument("--work", default=None, help="build folders (default: a temporary one)")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    ray_version = install_ray(args.ray_wheels)
+    if "ray" in args.executors and ray_version is None:
+        print("Ray is not installed (pass --ray-wheels DIR): the ray runs are left out")
+        args.executors = [e for e in args.executors if e != "ray"]
+    work = Path(args.work or tempfile.mkdtemp(prefix="curate-build-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    runs = kernelbench_main(args, work) if args.mode == "kernelbench" else \
+        pipelines_main(args, work)
+    info = machine()
+    tag = (info.get("gpu") or "cpu").lower().replace("nvidia", "").strip().replace(" ", "-")
+    out = Path(args.out or ROOT / "benchmarks" / "results" /
+               f"build_{args.mode}_{tag}.json")
+    out.write_text(json.dumps({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                               "mode": args.mode, "machine": info, "ray": ray_version,
+                               "runs": summary(runs)}, indent=1, default=str))
+    print(f"\nwrote {out}")
+    return 0 if all(r["exit"] == 0 for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
