@@ -65,7 +65,7 @@ def hostile_run(cache_dir):
     honest_again["id"] = "triton_honest_last"
     honest_again["kernel_code"] += "\n# the same kernel, one more time\n"
     rows += [honest_again, {**pair("cuda_fused_gelu", backend="cuda"), "id": "cuda_on_cpu"}]
-    with Verifier(device="cpu", workers=2, timeout=15, cache_dir=cache_dir, memory_gb=4,
+    with Verifier(device="cpu", workers=2, timeout=30, cache_dir=cache_dir, memory_gb=4,
                   gates=False) as v:
         results = {rows[i]["id"]: r for i, r in v.verify(rows)}
         replaced = v.replaced
