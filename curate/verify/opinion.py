@@ -10,6 +10,7 @@ backtrack for ever costs that process (killed after `TIMEOUT_S`), never a thread
 from __future__ import annotations
 
 import atexit
+import functools
 import importlib.metadata
 import multiprocessing
 import signal
@@ -21,6 +22,7 @@ _pool = None
 _lock = threading.Lock()
 
 
+@functools.lru_cache(maxsize=1)
 def _version() -> str | None:
     try:
         return importlib.metadata.version(TOOL)

@@ -19,7 +19,7 @@ from ..record import row_key
 from . import machine
 from .findings import GATES
 from .opinion import second_opinion
-from .row import seed_of
+from .row import row_seeds
 
 RECORD_VERSION = 1
 SETTINGS = ("device", "trials", "seed", "timeout", "time_budget", "min_timed", "max_timed",
@@ -80,10 +80,7 @@ def outcome(res, run) -> dict:
 
 
 def seeds(cfg, row: dict) -> dict:
-    key = row_key(row)
-    return {"run": cfg.seed, "init": seed_of(cfg.seed, key, "init"),
-            "trials": [seed_of(cfg.seed, key, "trial", i) for i in range(cfg.trials)],
-            "poke": seed_of(cfg.seed, key, "poke"),
+    return {"run": cfg.seed, **row_seeds(cfg.seed, row_key(row), cfg.trials),
             "secret": "one per run, drawn at start, never recorded (it picks scales and "
                       "which timed outputs are checked)"}
 

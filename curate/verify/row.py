@@ -32,6 +32,14 @@ def seed_of(*parts) -> int:
     return int.from_bytes(h[:4], "little") & 0x7FFFFFFF
 
 
+def row_seeds(seed: int, key: str, trials: int) -> dict:
+    """The seeds a row's workers build from (the model's, each trial's, the poked set's): one
+    rule for the Load request and the row's record."""
+    return {"init": seed_of(seed, key, "init"),
+            "trials": [seed_of(seed, key, "trial", i) for i in range(trials)],
+            "poke": seed_of(seed, key, "poke")}
+
+
 def row_memory_gb(size_gb: dict | None) -> float:
     """Device memory a row reserves, from the reference's shapes (`Compile(size=True)`)."""
     if not size_gb:
@@ -199,13 +207,13 @@ class RowRun:
 
     def load_request(self, role: str) -> msg.Load:
         cfg, key = self.cfg, self.key
+        seeds = row_seeds(cfg.seed, key, cfg.trials)
         return msg.Load(
             role=role, device=cfg.device, backend=self.backend,
             pytorch_code=self.row["pytorch_code"],
             kernel_code=self.row["kernel_code"] if role == "candidate" else None,
-            seed_init=seed_of(cfg.seed, key, "init"),
-            seeds=[seed_of(cfg.seed, key, "trial", i) for i in range(cfg.trials)],
-            poke=seed_of(cfg.seed, key, "poke"), tag=key[:8], gates=cfg.gates,
+            seed_init=seeds["init"], seeds=seeds["trials"], poke=seeds["poke"],
+            tag=key[:8], gates=cfg.gates,
             extensions_dir=self.run.row_cache(self.row)["TORCH_EXTENSIONS_DIR"])
 
     def _finish(self, device, cand: Side, judge: Side, first: bool) -> None:
