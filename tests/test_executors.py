@@ -57,16 +57,24 @@ steps:
     return spec
 
 
-def _statuses(out: Path) -> dict[str, str]:
-    """Every row the build saw -> its status, or where it was dropped before verify."""
+def _rows(out: Path) -> list[dict]:
     rows = read_rows(out / "rejected.parquet")
     for shard in sorted((out / "data").glob("*.parquet")):
         rows += read_rows(shard)
-    seen: dict[str, str] = {}
-    for r in rows:
-        what = r.get("status") or f"dropped@{r.get('stage')}"
-        seen[r["id"]] = what
-    return seen
+    return rows
+
+
+def _statuses(out: Path) -> dict[str, str]:
+    """Every row the build saw -> its status, or where it was dropped before verify."""
+    return {r["id"]: r.get("status") or f"dropped@{r.get('stage')}" for r in _rows(out)}
+
+
+def _why(out: Path, rid: str) -> str:
+    """What a row's record says of how it ended (for a failing comparison's message)."""
+    for r in _rows(out):
+        if r["id"] == rid:
+            return f"{r.get('status')} {r.get('reasons')} {(r.get('error') or '')[:300]}"
+    return "absent"
 
 
 def _computes(out: Path, step: str) -> dict[str, int]:
@@ -101,7 +109,10 @@ def test_every_executor_gives_every_row_the_same_status(corpus, cluster, tmp_pat
         assert stats["executor"] == name
         assert len(results[name]) == len(SUBSET) + 1  # every row accounted for
         assert max(_computes(out, "verify").values()) == 1
-    assert results["local"] == results["staged"] == results["ray"]
+    differ = {rid for rid in results["staged"]
+              if len({results[name].get(rid) for name in results}) > 1}
+    assert not differ, {rid: {name: _why(tmp_path / name, rid) for name in results}
+                        for rid in differ}
     assert list(results["staged"].values()).count("dropped@dedup-refs") == 1
     assert "verified" in results["staged"].values()
     timeline = json.loads((tmp_path / "local" / "stats.json").read_text())["stages"]

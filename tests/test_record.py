@@ -81,6 +81,9 @@ def test_a_verified_row_records_what_was_checked_on_what(verified):
     assert rec["software"]["torch"] and rec["software"]["flags"]["extra_cflags"] == ["-O2"]
     assert rec["sandbox"]["candidate"] == res.sandbox
     assert rec["second_shape"]["checked"] and rec["second_shape"]["sizes"] == {"N": [256, 512]}
+    # the first pass's two workers ran it: no worker was started for the second shape
+    assert rec["second_shape"]["reused_workers"] is True
+    assert not any(k.startswith("second shape starting") for k in res.notes["phases_s"])
     assert rec["second_opinion"]["tool"] == "kernelguard"
 
 
@@ -104,6 +107,28 @@ def test_a_kernel_written_for_one_shape_is_shape_specialized(verified):
     rec = _rec(res)
     assert rec["second_shape"]["sizes"] == {"N": [256, 512]}
     assert rec["second_shape"]["inputs"][0][0]["shape"] == [64, 512]
+    assert rec["second_shape"]["reused_workers"] is True
+
+
+def test_a_second_shape_that_cannot_grow_the_rows_memory_runs_on_fresh_workers(
+        cache_dir, monkeypatch):
+    """Where the device's memory cannot take the second size beside the row's first at once,
+    the row gives its reservation back and the second pass waits for one of its own, on a
+    fresh pair of workers: the verdict is the same."""
+    from curate.verify.row import RowRun
+    from curate.verify.scheduler import MemoryGate
+    need = RowRun._need
+    # the second size needs more than the first (on the CPU both are the base estimate), and
+    # the device has no room for the difference now
+    monkeypatch.setattr(RowRun, "_need", lambda self, device, size_gb, scale=1.0:
+                        need(self, device, size_gb) + (2.0 if scale != 1.0 else 0.0))
+    monkeypatch.setattr(MemoryGate, "try_grow", lambda self, gb: False)
+    rows = [pair("hidden_size_alone", "cpp_hidden_size")]
+    with Verifier(device="cpu", workers=1, timeout=60, cache_dir=cache_dir, memory_gb=4) as v:
+        (_, res), = v.verify(rows)
+    assert res.status == "shape_specialized", (res.reasons, res.error)
+    assert _rec(res)["second_shape"]["reused_workers"] is False
+    assert any(k.startswith("second shape starting") for k in res.notes["phases_s"])
 
 
 def test_sizes_inside_functions_keep_the_status_and_say_so(verified):

@@ -539,14 +539,14 @@ def test_confinement_probe_runs_a_triton_kernel_in_a_confined_worker(cache_dir):
 
 def test_a_candidate_that_hangs_in_its_timed_calls_holds_the_device_only_briefly(cache_dir):
     """A timed batch holds its device alone, so its limit is a few times what it was planned
-    to take (at least 5 s), not the row's whole timing budget: the row ends `timeout` in
-    seconds while an honest row beside it verifies."""
+    to take (here a quarter of --timeout: 25 s), not the row's whole timing budget (100 s): the
+    row ends `timeout` well before it while an honest row beside it verifies."""
     rows = [pair("cpp_hang_when_timed", backend="cpp"), pair("cpp_honest", backend="cpp")]
     with Verifier(device="cpu", workers=2, timeout=100, cache_dir=cache_dir, gates=False) as v:
         res = {rows[i]["id"]: r for i, r in v.verify(rows)}
     hung = res["cpp_hang_when_timed"]
     assert hung.status == "timeout", (hung.status, hung.reasons, hung.error)
-    assert hung.notes["budget_s"].get("timing", 0) < 30, hung.notes["budget_s"]
+    assert hung.notes["budget_s"].get("timing", 0) < 45, hung.notes["budget_s"]
     assert res["cpp_honest"].status == "verified"
 
 

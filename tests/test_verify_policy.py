@@ -172,6 +172,31 @@ def test_memory_gate_lets_the_whole_device_in_once_every_row_gave_back():
     assert not t.is_alive() and gate.holders == 1
 
 
+def test_a_timed_batch_may_take_ten_times_its_plan_and_a_quarter_of_the_timeout():
+    from curate.verify.budget import Budget
+    assert Budget(120, 300).batch_cap(0.02) == 30.0      # a loaded machine is not a hang
+    assert Budget(20, 300).batch_cap(0.02) == 5.0
+    assert Budget(60, 300).batch_cap(0.02) == 15.0
+    assert Budget(60, 300).batch_cap(4.0) == 40.0        # ten times a long plan
+    assert Budget(600, 300).batch_cap(0.02) == 30.0      # the device is never held for long
+
+
+def test_a_holders_reservation_grows_only_when_it_fits_now():
+    """A row's second shape grows the reservation it holds; waiting while holding could
+    deadlock two rows, so the growth is taken at once or not at all."""
+    gate = MemoryGate(10.0)
+    gate.acquire(4)
+    gate.acquire(3)
+    assert gate.try_grow(3) is True and gate.used == 10
+    assert gate.try_grow(0.5) is False and gate.used == 10
+    gate.shrink(3)
+    assert gate.used == 7 and gate.holders == 2
+    t = threading.Thread(target=gate.acquire, args=(3,))
+    t.start()
+    t.join(2)
+    assert not t.is_alive() and gate.holders == 3
+
+
 def test_device_gate_writer_waits_only_for_young_readers():
     gate = DeviceGate(patience=0.2)
     with gate.shared():

@@ -18,6 +18,10 @@ ROW_DEADLINE = 3.0
 # the timing phase keeps the device to itself per batch at most this long, so that a candidate
 # whose calls are slow cannot hold the exclusive gate while every other row waits
 BATCH_HOLD_S = 10.0
+# a timed request may take this many times its plan before the row ends `timeout`, and never
+# less than a quarter of --timeout within these bounds: a loaded machine (a CI host, OpenMP
+# threads that outnumber the cores) slows a planned 20 ms batch past a few seconds
+BATCH_CAP_FACTOR, BATCH_CAP_FLOOR_S = 10.0, (5.0, 30.0)
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,12 @@ class Budget:
         if name not in PHASES:
             raise ValueError(f"unknown phase {name!r}")
         return self.timeout * (0.5 if name == "verdict" else 1.0)
+
+    def batch_cap(self, planned_s: float) -> float:
+        """The limit of one timed batch planned to take `planned_s`: the device is held alone
+        that long at most, far less than the timing phase's budget."""
+        low, high = BATCH_CAP_FLOOR_S
+        return max(min(high, max(low, self.timeout / 4)), BATCH_CAP_FACTOR * planned_s)
 
     @property
     def deadline(self) -> float:

@@ -69,7 +69,9 @@ class Compile(Message):
 @dataclass
 class Load(Message):
     """Start a row's session: `role` candidate (reference module for inputs and parameters,
-    then the candidate) or judge (the reference alone)."""
+    then the candidate) or judge (the reference alone). `keep_candidate`: the candidate module
+    this worker's last session imported is kept and only the reference is loaded again (a
+    second shape of the same row, in the same worker)."""
     kind = "load"
     role: str = "candidate"
     device: str = "cpu"
@@ -82,6 +84,7 @@ class Load(Message):
     tag: str = "x"
     gates: bool = True
     extensions_dir: str = ""
+    keep_candidate: bool = False
 
 
 @dataclass

@@ -45,48 +45,76 @@ def static_compile(row: dict) -> bool:
     return "/inductor" in (row.get("generator") or "")
 
 
-def second_pass(row, device, need) -> None:
-    """Run after a first pass that left the row `verified`; the outcome goes to
-    `row.res.notes["second_shape"]` (and the row's status where it is `shape_specialized`).
-    `need(scale)`: the device memory the row reserves with its inputs and outputs `scale` times
-    as large; a second shape that would need the whole device is not run."""
+class SecondShape:
+    """A verified row's second pass, planned: its code at the second sizes and the device memory
+    it reserves. `run` on the first pass's workers where the row's reservation can grow to it
+    at once, else later on fresh workers under a reservation of its own."""
+
+    def __init__(self, row, code: str, gb: float):
+        self.row, self.code, self.gb = row, code, gb
+        self.done = False
+
+    def run(self, device, sides=None, held_gb: float = 0.0) -> bool:
+        """The pass, on `sides` (the first pass's candidate and judge, whose reservation is
+        `held_gb`) or on fresh workers. False: it did not run (the row's reservation could not
+        grow at once: run it again without `sides`)."""
+        extra = max(0.0, self.gb - held_gb) if sides else 0.0
+        if sides and extra and not device.memory.try_grow(extra):
+            return False
+        row, sub = self.row, _sub_run(self.row, self.code)
+        row.phase(None)   # the second pass's seconds are its own (phases_s: "second shape ...")
+        try:
+            if sides:
+                _pass(sub, device, sides)
+            else:
+                sub.phase("waiting for device memory")
+                with device.memory.reserve(self.gb):
+                    _pass(sub, device)
+        except RowOver:
+            pass
+        except Exception as exc:  # noqa: BLE001 - a harness bug here costs the check, not the row
+            log.error("verify: the second shape failed on row %s: %s", row.row.get("id"),
+                      traceback.format_exc())
+            sub.res.end("runtime_error", "harness_error", error=f"{type(exc).__name__}: {exc}")
+            row.res.notes["second_shape"]["why"] = "harness_error"
+            self.done = True
+            return True
+        finally:
+            if extra:
+                device.memory.shrink(extra)
+            sub.phase(None)
+            for k, v in sub.spent.items():
+                row.spent[f"second shape {k}"] += v
+        row.res.notes["second_shape"]["reused_workers"] = bool(sides)
+        _decide(row, sub, row.res.notes["second_shape"])
+        self.done = True
+        return True
+
+
+def plan_second(row, device, need) -> SecondShape | None:
+    """After a first pass that left the row `verified`: the second pass to run, or None (the
+    row's `notes["second_shape"]` says why not). `need(scale)`: the device memory the row
+    reserves with its inputs and outputs `scale` times as large; a second shape that would need
+    the whole device is not run."""
     if row.res.status != "verified":
-        return
+        return None
     mode = row.cfg.second_shape
     note = row.res.notes["second_shape"] = {"mode": mode, "checked": False}
     if mode == "off":
         note["why"] = "off"
-        return
+        return None
     if mode == "auto" and static_compile(row.row):
         note["why"] = "static_compile"
-        return
+        return None
     shape = second_shape(row.row["pytorch_code"])
     note.update(shape.record())
     if shape.code is None:
-        return
+        return None
     gb = need(float(FACTOR ** len(shape.sizes)))
     if gb >= device.memory.capacity and not row.exclusive:
         note["why"] = "too_large"
-        return
-    sub = _sub_run(row, shape.code)
-    row.phase(None)   # the second pass's seconds are its own (phases_s: "second shape ...")
-    try:
-        sub.phase("waiting for device memory")
-        with device.memory.reserve(gb):
-            _pass(sub, device)
-    except RowOver:
-        pass
-    except Exception as exc:  # noqa: BLE001 - a harness bug here costs the check, not the row
-        log.error("verify: the second shape failed on row %s: %s", row.row.get("id"),
-                  traceback.format_exc())
-        sub.res.end("runtime_error", "harness_error", error=f"{type(exc).__name__}: {exc}")
-        note["why"] = "harness_error"
-        return
-    finally:
-        sub.phase(None)
-        for k, v in sub.spent.items():
-            row.spent[f"second shape {k}"] += v
-    _decide(row, sub, note)
+        return None
+    return SecondShape(row, shape.code, gb)
 
 
 def _sub_run(row, code: str):
@@ -99,15 +127,27 @@ def _sub_run(row, code: str):
     return sub
 
 
-def _pass(sub, device) -> None:
+def _pass(sub, device, sides=None) -> None:
+    """Load both sides at the second sizes (a reused candidate worker keeps the module it
+    imported: only the reference is loaded again), one correctness trial, the verdict."""
+    if sides:
+        cand, judge = (sub.side(side.worker, side.role) for side in sides)
+        sub.keep_candidate = True
+        sub._load(device, judge, cand, start=False)
+        _judge(sub, device, cand, judge)
+        return
     sub.phase("waiting for workers")
     env = {**sub.run.row_cache(sub.row), **device.env()}
     with device.pools["candidate"].hold(env=env) as cw, \
             device.pools["judge"].hold(env=device.env()) as jw:
         cand, judge = sub.side(cw, "candidate"), sub.side(jw, "judge")
         sub._load(device, judge, cand)   # a reference that fails here is nobody's fault
-        correctness(sub, device, cand, judge)
-        sub._finish(device, cand, judge, first=True)
+        _judge(sub, device, cand, judge)
+
+
+def _judge(sub, device, cand, judge) -> None:
+    correctness(sub, device, cand, judge)
+    sub._finish(device, cand, judge, first=True)
 
 
 def _decide(row, sub, note: dict) -> None:

@@ -14,7 +14,7 @@ from ..record import row_key
 from . import messages as msg
 from .budget import RowClock
 from .correctness import correctness
-from .resized import second_pass
+from .resized import plan_second
 from .result import BACKENDS, VerifyResult, infer_backend
 from .sides import RowOver, Side
 from .timed import timed_rounds
@@ -69,6 +69,8 @@ class RowRun:
         self.spent: Counter = Counter()
         self._phase: tuple[str, float] | None = None
         self.where: str | None = None
+        self.second = None             # the second shape's pass, planned after the first
+        self.keep_candidate = False    # a second pass in the first pass's candidate worker
         # what the candidate's process can never see: which calls are checked, the scales
         self.rng = random.Random(f"{run.secret.hex()}:{self.key}")
 
@@ -84,8 +86,9 @@ class RowRun:
                     raise WholeDevice   # alone, after the rows that share the device
                 self.phase("waiting for device memory")
                 with device.memory.reserve(need):
-                    self._pairs(device)
-                second_pass(self, device, lambda scale: self._need(device, size_gb, scale))
+                    self._pairs(device, lambda scale: self._need(device, size_gb, scale), need)
+                if self.second is not None and not self.second.done:
+                    self.second.run(device)   # on fresh workers, under its own reservation
         except RowOver:
             pass
         self.phase(None)
@@ -155,9 +158,10 @@ class RowRun:
             self.res.notes["size_gb"] = reply.size_gb
         return reply.size_gb
 
-    def _pairs(self, device) -> None:
-        """The row's pair of workers; on the CPU near the build's threshold, more pairs."""
-        plan = self._pair(device, first=True)
+    def _pairs(self, device, need, held_gb: float) -> None:
+        """The row's pair of workers (the second shape in the same pair where it can be);
+        on the CPU near the build's threshold, more pairs."""
+        plan = self._pair(device, first=True, need=need, held_gb=held_gb)
         if plan is None or not self._near_threshold():
             return
         figures = ("speedup", "speedup_ci_low", "speedup_ci_high", "ref_ms", "kernel_ms")
@@ -171,8 +175,9 @@ class RowRun:
         self.res.notes["pairs"] = pairs
         self.run.count("retimed")
 
-    def _pair(self, device, first: bool, plan=None):
-        """A fresh candidate worker and a fresh judge for one pass over the row."""
+    def _pair(self, device, first: bool, plan=None, need=None, held_gb: float = 0.0):
+        """A fresh candidate worker and a fresh judge for one pass over the row; after the
+        first pass, its second shape on the same two workers where the row's memory allows."""
         self.phase("waiting for workers")
         env = {**self.run.row_cache(self.row), **device.env()}
         with device.pools["candidate"].hold(env=env) as cw, \
@@ -185,17 +190,23 @@ class RowRun:
             if plan is not None and self.res.status != "incorrect":
                 timed_rounds(self, device, cand, judge, *plan)
             self._finish(device, cand, judge, first)
+            if first:
+                self.second = plan_second(self, device, need)
+                if self.second is not None:
+                    self.second.run(device, sides=(cand, judge), held_gb=held_gb)
             self.phase("ending workers")
         return plan if self.res.speedup is not None else None
 
-    def _load(self, device, *sides: Side) -> None:
-        """Start both workers (fork, CUDA's start-up) and load them, in the order given."""
+    def _load(self, device, *sides: Side, start: bool = True) -> None:
+        """Start both workers (fork, CUDA's start-up; not when they are reused) and load them,
+        in the order given."""
         for side in sides:
-            self.phase(f"starting the {side.role} worker")
-            try:
-                side.worker.start()
-            except Exception as exc:  # noqa: BLE001 - the worker could not even start
-                self._end("crashed", f"{side.role}_start_failed", error=str(exc))
+            if start:
+                self.phase(f"starting the {side.role} worker")
+                try:
+                    side.worker.start()
+                except Exception as exc:  # noqa: BLE001 - the worker could not even start
+                    self._end("crashed", f"{side.role}_start_failed", error=str(exc))
             self.phase(f"{side.role} load")
             gate = device.gate.shared() if side.role == "judge" else contextlib.nullcontext()
             with gate:
@@ -214,6 +225,7 @@ class RowRun:
             kernel_code=self.row["kernel_code"] if role == "candidate" else None,
             seed_init=seeds["init"], seeds=seeds["trials"], poke=seeds["poke"],
             tag=key[:8], gates=cfg.gates,
+            keep_candidate=self.keep_candidate and role == "candidate",
             extensions_dir=self.run.row_cache(self.row)["TORCH_EXTENSIONS_DIR"])
 
     def _finish(self, device, cand: Side, judge: Side, first: bool) -> None:

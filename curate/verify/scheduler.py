@@ -108,6 +108,21 @@ class MemoryGate:
             self.used = max(0.0, self.used - gb) if self.holders else 0.0
             self._cond.notify_all()
 
+    def try_grow(self, gb: float) -> bool:
+        """A holder's reservation grows by `gb` if that fits now (never waits: a holder that
+        waited for more while holding would deadlock with another doing the same)."""
+        with self._cond:
+            if self.used + gb > self.capacity:
+                return False
+            self.used += gb
+            return True
+
+    def shrink(self, gb: float) -> None:
+        """Give back what `try_grow` added (the holder still holds its reservation)."""
+        with self._cond:
+            self.used = max(0.0, self.used - gb)
+            self._cond.notify_all()
+
     @contextlib.contextmanager
     def reserve(self, gb: float):
         self.acquire(gb)

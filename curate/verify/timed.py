@@ -18,8 +18,6 @@ from .correctness import IDLE_CPU, SETTLE_S, judge_call, scale
 from .findings import Finding
 from .timing import FETCHES, Round, credit, plan as make_plan, speedup_ci, typical_ms
 
-BATCH_CAP_MIN_S, BATCH_CAP_FACTOR = 5.0, 10.0   # a timed request's limit: 10x its plan, >= 5 s
-
 
 def timed_rounds(row, device, cand, judge, cand_ms: list, ref_ms: list, out_bytes: int) -> None:
     cfg, rng = row.cfg, row.rng
@@ -30,8 +28,8 @@ def timed_rounds(row, device, cand, judge, cand_ms: list, ref_ms: list, out_byte
     idle = {"cpu_s": 0.0, "wall_s": 0.0}
     # a batch that takes far longer than planned holds the device alone: it is
     # the row's timeout, not every other row's wait
-    cap = max(BATCH_CAP_MIN_S, BATCH_CAP_FACTOR * plan.per_batch *
-              max(typical_ms(cand_ms), typical_ms(ref_ms)) / 1e3)
+    cap = row.clock.budget.batch_cap(
+        plan.per_batch * max(typical_ms(cand_ms), typical_ms(ref_ms)) / 1e3)
     t_start = time.monotonic()
     for r in range(plan.rounds):
         calls = [[rng.randrange(cfg.trials), scale(rng)] for _ in range(plan.per_batch)]

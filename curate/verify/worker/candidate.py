@@ -29,6 +29,7 @@ from .models import (
     inputs_equal,
     share_parameters,
 )
+from . import session
 from .session import (
     Session,
     batch_reply,
@@ -47,6 +48,7 @@ def _failed(s: Session, failed: Failed, env: dict | None = None) -> Failed:
 
 
 def load(req: Load) -> Reply:
+    kept = _kept_candidate() if req.keep_candidate else None
     s = Session.start(req)
     ctx = s.ctx
     if s.device == "cuda":
@@ -55,13 +57,18 @@ def load(req: Load) -> Reply:
     env = env_info(s.device)
     ctx.ref_module = load_program(req.pytorch_code, f"curate_ref_{s.tag}")
     run_hook(s.checks, "before_import", ctx)
-    remember_library()   # what the gates install is not the candidate's tampering
-    t_import = time.monotonic()
-    try:
-        ctx.cand_module = load_program(req.kernel_code or "", f"curate_cand_{s.tag}")
-    except BaseException as exc:  # noqa: BLE001 - classify_exception raises Ctrl-C again
-        return _failed(s, classify_exception(exc, "import"), env)
-    ctx.notes["import_s"] = round(time.monotonic() - t_import, 3)
+    if kept is not None:
+        # the library was remembered before the candidate's first import: a second session
+        # keeps that picture, so nothing the candidate changed since is taken for the library
+        ctx.cand_module = kept
+    else:
+        remember_library()   # what the gates install is not the candidate's tampering
+        t_import = time.monotonic()
+        try:
+            ctx.cand_module = load_program(req.kernel_code or "", f"curate_cand_{s.tag}")
+        except BaseException as exc:  # noqa: BLE001 - classify_exception raises Ctrl-C again
+            return _failed(s, classify_exception(exc, "import"), env)
+        ctx.notes["import_s"] = round(time.monotonic() - t_import, 3)
     if not hasattr(ctx.cand_module, "ModelNew"):
         return _failed(s, Failed(status="compile_error", reasons=["no_modelnew"],
                                  error="the candidate defines no class ModelNew"), env)
@@ -70,6 +77,15 @@ def load(req: Load) -> Reply:
     except BaseException as exc:  # noqa: BLE001
         return _failed(s, classify_exception(exc, "build"), env)
     return mark_if_patched(Loaded(env=env, notes=ctx.notes, findings=list(ctx.findings)))
+
+
+def _kept_candidate():
+    """The candidate module of this worker's last session (asking for one where none was
+    imported is the parent's error: it raises)."""
+    module = session.candidate_module()
+    if module is None:
+        raise RuntimeError("keep_candidate: this worker has imported no candidate")
+    return module
 
 
 def _build(s: Session, req: Load) -> None:

@@ -83,6 +83,13 @@ def current(role: str) -> Session:
     return _current
 
 
+def candidate_module():
+    """The candidate module the last session imported, if it was a candidate's."""
+    if _current is None or _current.role != "candidate":
+        return None
+    return _current.ctx.cand_module
+
+
 def current_role() -> str:
     if _current is None:
         raise RuntimeError("no session loaded")
