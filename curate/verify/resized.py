@@ -52,7 +52,6 @@ class SecondShape:
 
     def __init__(self, row, code: str, gb: float):
         self.row, self.code, self.gb = row, code, gb
-        self.done = False
 
     def run(self, device, sides=None, held_gb: float = 0.0) -> bool:
         """The pass, on `sides` (the first pass's candidate and judge, whose reservation is
@@ -77,7 +76,6 @@ class SecondShape:
                       traceback.format_exc())
             sub.res.end("runtime_error", "harness_error", error=f"{type(exc).__name__}: {exc}")
             row.res.notes["second_shape"]["why"] = "harness_error"
-            self.done = True
             return True
         finally:
             if extra:
@@ -87,7 +85,6 @@ class SecondShape:
                 row.spent[f"second shape {k}"] += v
         row.res.notes["second_shape"]["reused_workers"] = bool(sides)
         _decide(row, sub, row.res.notes["second_shape"])
-        self.done = True
         return True
 
 
@@ -132,8 +129,7 @@ def _pass(sub, device, sides=None) -> None:
     imported: only the reference is loaded again), one correctness trial, the verdict."""
     if sides:
         cand, judge = (sub.side(side.worker, side.role) for side in sides)
-        sub.keep_candidate = True
-        sub._load(device, judge, cand, start=False)
+        sub._load(device, judge, cand, reused=True)
         _judge(sub, device, cand, judge)
         return
     sub.phase("waiting for workers")

@@ -69,8 +69,8 @@ class RowRun:
         self.spent: Counter = Counter()
         self._phase: tuple[str, float] | None = None
         self.where: str | None = None
-        self.second = None             # the second shape's pass, planned after the first
-        self.keep_candidate = False    # a second pass in the first pass's candidate worker
+        self.size_gb: dict | None = None   # the reference's sizes (compile ahead, GPU only)
+        self.second = None   # a second shape that could not run in the first pass's workers
         # what the candidate's process can never see: which calls are checked, the scales
         self.rng = random.Random(f"{run.secret.hex()}:{self.key}")
 
@@ -78,16 +78,16 @@ class RowRun:
     def verify(self) -> VerifyResult:
         try:
             self._precheck()
-            size_gb = self._compile()
+            self.size_gb = self._compile()
             with self.run.scheduler.place() as device:
                 self.res.device_index = device.index
-                need = self._need(device, size_gb)
+                need = self._need(device, self.size_gb)
                 if need >= device.memory.capacity and not self.exclusive:
                     raise WholeDevice   # alone, after the rows that share the device
                 self.phase("waiting for device memory")
                 with device.memory.reserve(need):
-                    self._pairs(device, lambda scale: self._need(device, size_gb, scale), need)
-                if self.second is not None and not self.second.done:
+                    self._pairs(device)
+                if self.second is not None:
                     self.second.run(device)   # on fresh workers, under its own reservation
         except RowOver:
             pass
@@ -158,10 +158,10 @@ class RowRun:
             self.res.notes["size_gb"] = reply.size_gb
         return reply.size_gb
 
-    def _pairs(self, device, need, held_gb: float) -> None:
+    def _pairs(self, device) -> None:
         """The row's pair of workers (the second shape in the same pair where it can be);
         on the CPU near the build's threshold, more pairs."""
-        plan = self._pair(device, first=True, need=need, held_gb=held_gb)
+        plan = self._pair(device, first=True)
         if plan is None or not self._near_threshold():
             return
         figures = ("speedup", "speedup_ci_low", "speedup_ci_high", "ref_ms", "kernel_ms")
@@ -175,7 +175,7 @@ class RowRun:
         self.res.notes["pairs"] = pairs
         self.run.count("retimed")
 
-    def _pair(self, device, first: bool, plan=None, need=None, held_gb: float = 0.0):
+    def _pair(self, device, first: bool, plan=None):
         """A fresh candidate worker and a fresh judge for one pass over the row; after the
         first pass, its second shape on the same two workers where the row's memory allows."""
         self.phase("waiting for workers")
@@ -191,17 +191,24 @@ class RowRun:
                 timed_rounds(self, device, cand, judge, *plan)
             self._finish(device, cand, judge, first)
             if first:
-                self.second = plan_second(self, device, need)
-                if self.second is not None:
-                    self.second.run(device, sides=(cand, judge), held_gb=held_gb)
+                self._second_shape(device, cand, judge)
             self.phase("ending workers")
         return plan if self.res.speedup is not None else None
 
-    def _load(self, device, *sides: Side, start: bool = True) -> None:
-        """Start both workers (fork, CUDA's start-up; not when they are reused) and load them,
-        in the order given."""
+    def _second_shape(self, device, cand: Side, judge: Side) -> None:
+        """Plan the second shape and run it on these two workers where the row's memory can
+        grow to it at once; else `verify` runs it on fresh ones after the row's pairs."""
+        def need(scale: float = 1.0) -> float:
+            return self._need(device, self.size_gb, scale)
+        second = plan_second(self, device, need)
+        if second is not None and not second.run(device, sides=(cand, judge), held_gb=need()):
+            self.second = second
+
+    def _load(self, device, *sides: Side, reused: bool = False) -> None:
+        """Start both workers (fork, CUDA's start-up) and load them, in the order given;
+        `reused`: they served the row's first pass (the candidate keeps its module)."""
         for side in sides:
-            if start:
+            if not reused:
                 self.phase(f"starting the {side.role} worker")
                 try:
                     side.worker.start()
@@ -210,13 +217,14 @@ class RowRun:
             self.phase(f"{side.role} load")
             gate = device.gate.shared() if side.role == "judge" else contextlib.nullcontext()
             with gate:
-                reply, _ = side.ask(self.load_request(side.role), "load", (msg.Loaded,))
+                reply, _ = side.ask(self.load_request(side.role, keep_candidate=reused),
+                                    "load", (msg.Loaded,))
             self.run.remember_env(reply.env)
             if side.role == "judge":   # the trusted side's view, for the row's record
                 self.res.notes.setdefault("judge_env", reply.env)
                 self.res.notes.setdefault("inputs", reply.inputs)
 
-    def load_request(self, role: str) -> msg.Load:
+    def load_request(self, role: str, keep_candidate: bool = False) -> msg.Load:
         cfg, key = self.cfg, self.key
         seeds = row_seeds(cfg.seed, key, cfg.trials)
         return msg.Load(
@@ -225,7 +233,7 @@ class RowRun:
             kernel_code=self.row["kernel_code"] if role == "candidate" else None,
             seed_init=seeds["init"], seeds=seeds["trials"], poke=seeds["poke"],
             tag=key[:8], gates=cfg.gates,
-            keep_candidate=self.keep_candidate and role == "candidate",
+            keep_candidate=keep_candidate and role == "candidate",
             extensions_dir=self.run.row_cache(self.row)["TORCH_EXTENSIONS_DIR"])
 
     def _finish(self, device, cand: Side, judge: Side, first: bool) -> None:

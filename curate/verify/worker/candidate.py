@@ -29,10 +29,10 @@ from .models import (
     inputs_equal,
     share_parameters,
 )
-from . import session
 from .session import (
     Session,
     batch_reply,
+    candidate_module,
     mark_if_patched,
     parse_calls,
     remember_library,
@@ -48,7 +48,7 @@ def _failed(s: Session, failed: Failed, env: dict | None = None) -> Failed:
 
 
 def load(req: Load) -> Reply:
-    kept = _kept_candidate() if req.keep_candidate else None
+    kept = candidate_module() if req.keep_candidate else None
     s = Session.start(req)
     ctx = s.ctx
     if s.device == "cuda":
@@ -77,15 +77,6 @@ def load(req: Load) -> Reply:
     except BaseException as exc:  # noqa: BLE001
         return _failed(s, classify_exception(exc, "build"), env)
     return mark_if_patched(Loaded(env=env, notes=ctx.notes, findings=list(ctx.findings)))
-
-
-def _kept_candidate():
-    """The candidate module of this worker's last session (asking for one where none was
-    imported is the parent's error: it raises)."""
-    module = session.candidate_module()
-    if module is None:
-        raise RuntimeError("keep_candidate: this worker has imported no candidate")
-    return module
 
 
 def _build(s: Session, req: Load) -> None:

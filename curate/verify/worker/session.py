@@ -84,9 +84,10 @@ def current(role: str) -> Session:
 
 
 def candidate_module():
-    """The candidate module the last session imported, if it was a candidate's."""
-    if _current is None or _current.role != "candidate":
-        return None
+    """The candidate module this worker's last session imported (asking for one where none
+    was imported is the parent's error: it raises, and the pool reports the worker error)."""
+    if _current is None or _current.role != "candidate" or _current.ctx.cand_module is None:
+        raise RuntimeError("keep_candidate: this worker has imported no candidate")
     return _current.ctx.cand_module
 
 
