@@ -14,7 +14,7 @@ class Model(nn.Module):
         return F.gelu(x + self.bias) + residual
 
 
-batch_size = 256 * (64 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
+batch_size = 256 * (256 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
 seq_len = 64
 hidden_size = 64
 

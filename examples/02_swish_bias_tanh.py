@@ -13,7 +13,7 @@ class Model(nn.Module):
         return torch.tanh(x * torch.sigmoid(x) + self.bias)
 
 
-batch_size = 16 * (64 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
+batch_size = 16 * (256 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
 channels = 32
 height = 32
 width = 32

@@ -15,7 +15,7 @@ class Model(nn.Module):
         return m * self.scale + residual
 
 
-batch_size = 128 * (64 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
+batch_size = 128 * (256 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
 seq_len = 32
 channels = 128
 

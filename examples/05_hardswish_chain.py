@@ -17,7 +17,7 @@ class Model(nn.Module):
         return F.hardtanh(h, -2.0, 2.0) + torch.relu(-x) * 0.1
 
 
-batch_size = 16 * (64 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
+batch_size = 16 * (256 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
 channels = 64
 height = 32
 width = 32

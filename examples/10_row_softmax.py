@@ -16,7 +16,7 @@ class Model(nn.Module):
         return e / e.sum(dim=-1, keepdim=True)
 
 
-batch_size = 512 * (64 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
+batch_size = 512 * (256 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
 num_classes = 1024
 
 

@@ -15,7 +15,7 @@ class Model(nn.Module):
         return torch.softmax(s, dim=-1)
 
 
-batch_size = 16 * (64 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
+batch_size = 16 * (256 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
 query_len = 64
 key_len = 256
 

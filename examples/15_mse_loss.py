@@ -13,7 +13,7 @@ class Model(nn.Module):
         return (weight * diff * diff).mean()
 
 
-batch_size = 256 * (64 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
+batch_size = 256 * (256 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
 features = 1024
 
 

@@ -15,7 +15,7 @@ class Model(nn.Module):
         return loss.mean(dim=-1)
 
 
-batch_size = 512 * (64 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
+batch_size = 512 * (256 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
 features = 1024
 
 

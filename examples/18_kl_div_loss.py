@@ -16,7 +16,7 @@ class Model(nn.Module):
         return kl.mean() * (self.temperature ** 2)
 
 
-batch_size = 256 * (64 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
+batch_size = 256 * (256 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
 num_classes = 1024
 
 

@@ -14,7 +14,7 @@ class Model(nn.Module):
         return (h * h).sum(dim=-1).mean()
 
 
-batch_size = 512 * (64 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
+batch_size = 512 * (256 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
 num_outputs = 512
 
 

@@ -15,7 +15,7 @@ class Model(nn.Module):
         return value * torch.sigmoid(gate) + x
 
 
-batch_size = 16 * (64 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
+batch_size = 16 * (256 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
 channels = 32
 length = 512
 

@@ -16,7 +16,7 @@ class Model(nn.Module):
         return self.down(F.silu(self.gate(x)) * self.up(x))
 
 
-batch_size = 2048 * (64 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
+batch_size = 2048 * (256 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
 hidden_size = 64
 ffn_size = 128
 

@@ -15,7 +15,7 @@ class Model(nn.Module):
         return torch.tanh((x - mean) / torch.sqrt(var + self.eps))
 
 
-batch_size = 1024 * (64 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
+batch_size = 1024 * (256 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
 features = 512
 
 

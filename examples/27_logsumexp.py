@@ -16,7 +16,7 @@ class Model(nn.Module):
         return lse / self.scale - x.mean(dim=-1)
 
 
-batch_size = 1024 * (64 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
+batch_size = 1024 * (256 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
 features = 1024
 
 

@@ -15,7 +15,7 @@ class Model(nn.Module):
         return x / torch.clamp(norm, min=self.eps) * self.scale
 
 
-batch_size = 2048 * (64 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
+batch_size = 2048 * (256 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
 features = 256
 
 

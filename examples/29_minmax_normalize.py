@@ -16,7 +16,7 @@ class Model(nn.Module):
         return torch.sqrt(y + self.eps) * 2.0 - 1.0
 
 
-batch_size = 512 * (64 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
+batch_size = 512 * (256 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
 features = 1024
 
 

@@ -17,7 +17,7 @@ class Model(nn.Module):
         return F.gelu(self.norm(x + residual))
 
 
-batch_size = 64 * (64 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
+batch_size = 64 * (256 if torch.cuda.is_available() else 1)  # a GPU: sizes past its L2 cache
 seq_len = 64
 hidden_size = 128
 

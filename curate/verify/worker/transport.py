@@ -10,8 +10,8 @@ the candidate's process.
 - `cuda_ipc` (the GPU): the candidate worker copies its outputs, right after the device-wide
   synchronize, into tensors the harness owns and hands the judge their CUDA IPC handles; the
   judge maps the same device memory. Nothing goes to the host and back: KernelBench outputs
-  reach 8 GiB per trial, and the host round trip (copy, write, read, copy) was most of verify's
-  time on the H200. The row holds the candidate worker (`WorkerPool.hold`) until the judge is
+  reach 8 GiB per trial, and a host round trip (copy, write, read, copy) of that size costs
+  more than the row's timing. The row holds the candidate worker (`WorkerPool.hold`) until the judge is
   done, then asks it to `release()`. The judge opens only what the description allows: known
   dtypes, integer shapes, handles as bytes, the ref-counter name checked against torch's form.
 
