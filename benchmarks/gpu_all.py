@@ -39,8 +39,8 @@ class Bench:
 
 
 BENCHES = [
-    Bench("gpu_tests", ["-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
-                        "--timeout", "240", "--junitxml", "{dir}/gpu_tests.xml", "tests/"], 300),
+    Bench("gpu_tests", ["-m", "pytest", "-v", "-m", "gpu", "-n", "4", "-p", "no:cacheprovider",
+                        "--durations=0", "--junitxml", "{dir}/gpu_tests.xml", "tests/"], 300),
     Bench("hostile", ["benchmarks/hostile_table.py", "--device", "cuda", "--out", "{out}"], 300,
           headline="fixture_counts"),
     Bench("hostile_mix", ["benchmarks/hostile_table.py", "--mix", "--device", "cuda",

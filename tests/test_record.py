@@ -255,6 +255,7 @@ def test_gpu_records_and_shape_specialized_for_triton_and_cuda(tmp_path):
 
 
 @pytest.mark.gpu
+@pytest.mark.gpu_timing
 def test_gpu_replay_agrees_on_an_honest_row_and_not_on_a_changed_one(tmp_path):
     row = pair("triton_honest", "triton_honest", backend="triton")
     with Verifier(device="cuda", timeout=120, cache_dir=tmp_path / "cache") as v:

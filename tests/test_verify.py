@@ -316,6 +316,7 @@ def test_gpu_illegal_memory_access_costs_one_row(cache_dir):
 
 
 @pytest.mark.gpu
+@pytest.mark.gpu_timing
 def test_gpu_fused_kernel_is_faster_than_eager(cache_dir):
     rows = [pair("cuda_fused_gelu", backend="cuda", ref=GELU_REF),
             pair("triton_gelu_residual", backend="triton", ref=GELU_REF)]
