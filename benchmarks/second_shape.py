@@ -131,9 +131,11 @@ def main(argv=None) -> int:
         run = verify(identity_pairs(problems, args.device), args.device, False, args.timeout,
                      args.sandbox)
         report["runs"]["identity"], report["sets"]["identity"] = run, summary(run)
+        _write(args.out, report)   # a run cut at its limit keeps the sets it finished
     if "fixtures" in sets:
         run = verify(fixture_pairs(args.device), args.device, True, args.timeout, args.sandbox)
         report["runs"]["fixtures"], report["sets"]["fixtures"] = run, summary(run)
+        _write(args.out, report)
     if "inductor" in sets:
         if args.pairs and args.pairs.exists():
             from curate.tableio import read_rows
@@ -145,12 +147,18 @@ def main(argv=None) -> int:
     honest = [s for k, s in report["sets"].items() if k in ("identity", "fixtures")]
     report["false_positives"] = sum(s["specialized"] for s in honest)
     report["honest_checked"] = sum(s["checked"] for s in honest)
+    report["partial"] = False
     print_table(report)
+    _write(args.out, report)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1, default=str))
         print(f"wrote {args.out}")
     return 0
+
+
+def _write(out: Path | None, report: dict) -> None:
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"partial": True, **report}, indent=1, default=str))
 
 
 if __name__ == "__main__":
