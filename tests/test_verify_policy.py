@@ -258,3 +258,16 @@ def test_the_watchdog_sees_only_rows_in_flight():
     seen.leave(1)
     seen.leave(2)
     assert not seen.phases() and seen.finished == 2 and seen.summary() == "nothing"
+
+
+def test_outputs_too_large_for_the_runs_transport_go_by_memory_file():
+    """The GPU's device transports carry at most 2 GiB of outputs a call, `inline` at most half
+    the protocol's message limit (base64 grows them by a third); past that, memory files."""
+    from curate.isolation.protocol import MAX_MESSAGE
+    from curate.verify.correctness import DEVICE_TRANSPORT_BYTES, fetch_transport
+    assert fetch_transport("inline", 2**20) == "inline"
+    assert fetch_transport("inline", 256 * 2**20) == "memfd"       # a 256 MiB output
+    assert 4 * (MAX_MESSAGE // 2) // 3 < MAX_MESSAGE
+    assert fetch_transport("cuda_ipc", DEVICE_TRANSPORT_BYTES) == "cuda_ipc"
+    assert fetch_transport("cuda_fd", DEVICE_TRANSPORT_BYTES + 1) == "memfd"
+    assert fetch_transport("memfd", 8 * 2**30) == "memfd"

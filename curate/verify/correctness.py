@@ -8,6 +8,7 @@ import os
 import time
 
 from ..isolation.freeze import cpu_seconds
+from ..isolation.protocol import MAX_MESSAGE
 from . import messages as msg
 from .findings import Finding
 
@@ -15,6 +16,9 @@ from .findings import Finding
 # rather than device memory: two more device copies of a multi-GiB output can be what a row
 # does not have
 DEVICE_TRANSPORT_BYTES = 2 * 2**30
+# outputs larger than this cannot travel inline: their base64 (4/3 of the bytes) inside one
+# reply would pass the protocol's message limit, and the worker would die sending it
+INLINE_BYTES = MAX_MESSAGE // 2
 IDLE_CPU = (0.02, 0.10)   # a candidate idle while the judge works: < 20 ms or 10% of it
 SETTLE_S = 0.03           # CPU: the candidate's OpenMP threads spin a few ms after its work
 
@@ -64,9 +68,7 @@ def judge_call(row, device, cand, judge, index: int, call: list, *, precision: b
                phase: str = "correctness") -> bool:
     """Output `index` of the candidate's last batch, compared by the judge with the reference's
     output of the same call. False when it differs (the row is then `incorrect`)."""
-    transport = row.run.placement.transport
-    if transport.startswith("cuda") and row.out_bytes > DEVICE_TRANSPORT_BYTES:
-        transport = "memfd"
+    transport = fetch_transport(row.run.placement.transport, row.out_bytes)
     with device.gate.shared():
         out, fds = cand.ask(msg.Fetch(index=index, transport=transport), phase, (msg.Outputs,),
                             accept_fds=True)
@@ -92,6 +94,16 @@ def judge_call(row, device, cand, judge, index: int, call: list, *, precision: b
             row.res.reason("timed_output_mismatch")
         return False
     return True
+
+
+def fetch_transport(transport: str, out_bytes: int) -> str:
+    """How one call's outputs go to the judge: the run's transport, or sealed memory files for
+    outputs too large for it."""
+    if transport.startswith("cuda") and out_bytes > DEVICE_TRANSPORT_BYTES:
+        return "memfd"
+    if transport == "inline" and out_bytes > INLINE_BYTES:
+        return "memfd"
+    return transport
 
 
 def _close(fd: int) -> None:
