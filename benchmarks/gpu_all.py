@@ -125,6 +125,28 @@ def headline(result: Path, paths: str) -> str:
     return "; ".join(out)
 
 
+def build_rows(build: Path) -> list[dict]:
+    """Each verified-stage row of a build by its source file: which example ended how."""
+    import pyarrow.parquet as pq
+    stages = sorted(build.glob("stages/*verify*.parquet"))
+    if not stages:
+        return []
+    keys = ("path", "status", "speedup", "speedup_ci_low", "ref_ms", "kernel_ms", "reasons")
+    return [{k: r.get(k) for k in keys} for r in pq.read_table(stages[-1]).to_pylist()]
+
+
+def _archive(out_dir: Path, archive: Path) -> None:
+    """Every result and log under --out in one file (build folders' tables left out), for hosts
+    that hand back only a few files; rewritten after each benchmark."""
+    import tarfile
+    tmp = archive.with_suffix(".tmp")
+    with tarfile.open(tmp, "w:gz") as tar:
+        for f in sorted(out_dir.glob("*")):
+            if f.is_file() and f.suffix in (".json", ".log", ".xml", ".txt"):
+                tar.add(f, arcname=f.name)
+    tmp.replace(archive)
+
+
 def run_one(b: Bench, out_dir: Path, tag: str, kb: str | None, limit: int) -> dict:
     result = out_dir / f"{b.name}_{tag}.json"
     if b.needs_kb and not kb:
@@ -148,7 +170,10 @@ def run_one(b: Bench, out_dir: Path, tag: str, kb: str | None, limit: int) -> di
             proc.wait()
             status = f"cut at {limit}s"
     if b.extra.get("copy") and (out_dir / b.extra["copy"]).is_file():
-        result.write_text((out_dir / b.extra["copy"]).read_text())
+        doc = {"stats": json.loads((out_dir / b.extra["copy"]).read_text()),
+               "rows": build_rows(out_dir / Path(b.extra["copy"]).parent)}
+        doc.update(kept=doc["stats"].get("kept"), seconds=doc["stats"].get("seconds"))
+        result.write_text(json.dumps(doc, indent=1, default=str))
     return {"name": b.name, "status": status, "seconds": round(time.monotonic() - t0, 1),
             "result": str(result) if result.is_file() else None,
             "headline": headline(result, b.headline)}
@@ -164,6 +189,9 @@ def main(argv=None) -> int:
                     help="seconds each benchmark may take (default: each one's own)")
     ap.add_argument("--kernelbench", default=os.environ.get("CURATE_KERNELBENCH"))
     ap.add_argument("--device-tag", default=None, help="default: from the GPU's name (h200)")
+    ap.add_argument("--archive", type=Path, default=None,
+                    help="also keep every result and log in this .tar.gz, rewritten as each "
+                         "benchmark ends")
     args = ap.parse_args(argv)
     by_name = {b.name: b for b in BENCHES}
     names = args.only.split(",") if args.only else list(by_name)
@@ -181,6 +209,8 @@ def main(argv=None) -> int:
         (args.out / "gpu_all.json").write_text(json.dumps(
             {"device": tag, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
              "runs": rows}, indent=1))
+        if args.archive:
+            _archive(args.out, args.archive)
     w = max(len(r["name"]) for r in rows)
     print(f"\n{'benchmark':<{w}}  {'status':<28} {'seconds':>8}  headline")
     for r in rows:
