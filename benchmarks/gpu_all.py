@@ -73,7 +73,7 @@ BENCHES = [
         "--out", "{out}"], 300, needs_kb=True, headline="figures"),
     Bench("build", ["-m", "curate", "build", "--threshold", "2.0", "--device", "cuda",
                     "--out", "{dir}/build", "--quiet"], 600,
-          extra={"copy": "build/stats.json"}, headline="kept,seconds"),
+          extra={"copy": "build/stats.json"}, headline="stats.kept,stats.seconds"),
     Bench("llm_replay_build", ["benchmarks/llm_replay.py", "build", "--build-dir",
                                "{dir}/llm-replay", "--deadline", "{deadline}", "--out", "{out}"],
           600, headline="kept,verify_statuses"),
@@ -172,7 +172,6 @@ def run_one(b: Bench, out_dir: Path, tag: str, kb: str | None, limit: int) -> di
     if b.extra.get("copy") and (out_dir / b.extra["copy"]).is_file():
         doc = {"stats": json.loads((out_dir / b.extra["copy"]).read_text()),
                "rows": build_rows(out_dir / Path(b.extra["copy"]).parent)}
-        doc.update(kept=doc["stats"].get("kept"), seconds=doc["stats"].get("seconds"))
         result.write_text(json.dumps(doc, indent=1, default=str))
     return {"name": b.name, "status": status, "seconds": round(time.monotonic() - t0, 1),
             "result": str(result) if result.is_file() else None,

@@ -147,18 +147,17 @@ def main(argv=None) -> int:
     honest = [s for k, s in report["sets"].items() if k in ("identity", "fixtures")]
     report["false_positives"] = sum(s["specialized"] for s in honest)
     report["honest_checked"] = sum(s["checked"] for s in honest)
-    report["partial"] = False
     print_table(report)
-    _write(args.out, report)
+    _write(args.out, report, partial=False)
     if args.out:
         print(f"wrote {args.out}")
     return 0
 
 
-def _write(out: Path | None, report: dict) -> None:
+def _write(out: Path | None, report: dict, partial: bool = True) -> None:
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"partial": True, **report}, indent=1, default=str))
+        out.write_text(json.dumps({**report, "partial": partial}, indent=1, default=str))
 
 
 if __name__ == "__main__":

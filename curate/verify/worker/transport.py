@@ -11,9 +11,10 @@ the candidate's process.
   synchronize, into tensors the harness owns and hands the judge their CUDA IPC handles; the
   judge maps the same device memory. Nothing goes to the host and back: KernelBench outputs
   reach 8 GiB per trial, and a host round trip (copy, write, read, copy) of that size costs
-  more than the row's timing. The row holds the candidate worker (`WorkerPool.hold`) until the judge is
-  done, then asks it to `release()`. The judge opens only what the description allows: known
-  dtypes, integer shapes, handles as bytes, the ref-counter name checked against torch's form.
+  more than the row's timing. The row holds the candidate worker (`WorkerPool.hold`) until the
+  judge is done, then asks it to `release()`. The judge opens only what the description
+  allows: known dtypes, integer shapes, handles as bytes, the ref-counter name checked against
+  torch's form.
 
 The judge reads a description only by the transport the parent named (`receive(..., transport)`):
 a candidate cannot pick another way of passing its outputs for itself.
