@@ -136,7 +136,7 @@ def machine() -> dict:
     return info
 
 
-def kernelbench_main(args, work: Path) -> list[dict]:
+def kernelbench_main(args, work: Path, save) -> list[dict]:
     from curate.sources.locate import kernelbench_path
     kb = Path(args.kb or kernelbench_path() or "")  # $CURATE_KERNELBENCH, ../shared/data/...
     if not (kb / "level1").is_dir():
@@ -150,6 +150,7 @@ def kernelbench_main(args, work: Path) -> list[dict]:
         run["pipeline"] = "kernelbench-l1-l3"
         runs.append(run)
         show(run)
+        save(runs)
     return runs
 
 
@@ -163,7 +164,7 @@ def subset(kb: Path, n: int, dest: Path) -> Path:
     return dest
 
 
-def pipelines_main(args, work: Path) -> list[dict]:
+def pipelines_main(args, work: Path, save) -> list[dict]:
     from llm_replay import _serve
     runs = []
     server = _serve(8011)
@@ -178,6 +179,7 @@ def pipelines_main(args, work: Path) -> list[dict]:
                     run["kept_by_backend"] = _count(p["backend"] for p in kept_pairs(out))
                 runs.append(run)
                 show(run)
+                save(runs)
     finally:
         server.kill()
     return runs
@@ -219,15 +221,19 @@ def main(argv=None) -> int:
         args.executors = [e for e in args.executors if e != "ray"]
     work = Path(args.work or tempfile.mkdtemp(prefix="curate-build-bench-"))
     work.mkdir(parents=True, exist_ok=True)
-    runs = kernelbench_main(args, work) if args.mode == "kernelbench" else \
-        pipelines_main(args, work)
     info = machine()
     tag = (info.get("gpu") or "cpu").lower().replace("nvidia", "").strip().replace(" ", "-")
     out = Path(args.out or ROOT / "benchmarks" / "results" /
                f"build_{args.mode}_{tag}.json")
-    out.write_text(json.dumps({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                               "mode": args.mode, "machine": info, "ray": ray_version,
-                               "runs": summary(runs)}, indent=1, default=str))
+
+    def save(runs: list[dict]) -> None:
+        """The result so far, rewritten after each build: a run cut at its limit keeps it."""
+        out.write_text(json.dumps({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                   "mode": args.mode, "machine": info, "ray": ray_version,
+                                   "runs": summary(runs)}, indent=1, default=str))
+
+    runs = kernelbench_main(args, work, save) if args.mode == "kernelbench" else \
+        pipelines_main(args, work, save)
     print(f"\nwrote {out}")
     return 0 if all(r["exit"] == 0 for r in runs) else 1
 
