@@ -66,7 +66,7 @@ def run_build(pipeline: Path, out: Path, executor: str, deadline: float | None) 
            "CURATE_CACHE_DIR": str(out.with_name(out.name + ".cache"))}
     cmd = [sys.executable, "-m", "curate", "build", "--pipeline", str(pipeline), "--out",
            str(out), "--quiet", "--executor", executor]
-    t0 = time.monotonic()
+    t0, t0_wall = time.monotonic(), time.time()
     try:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, timeout=deadline, capture_output=True,
                               text=True)
@@ -77,7 +77,27 @@ def run_build(pipeline: Path, out: Path, executor: str, deadline: float | None) 
     stats_file = out / "stats.json"
     stats = json.loads(stats_file.read_text()) if rc == 0 and stats_file.is_file() else {}
     return {"executor": executor, "exit": rc, "wall_s": wall, "stats": stats,
-            "output_tail": tail if rc else None}
+            "output_tail": tail if rc else None,
+            "ledger": ledger_progress(out, t0_wall) if rc else None}
+
+
+def ledger_progress(out: Path, started: float) -> dict:
+    """Where a build that did not finish had got to: per step of its ledger, the rows finished
+    and when the first and the last of them finished (seconds since the build started)."""
+    import sqlite3
+    path = out / "ledger.sqlite"
+    if not path.is_file():
+        return {}
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = db.execute("SELECT step, count(*), min(created), max(created) FROM results "
+                          "GROUP BY step").fetchall()
+    except sqlite3.Error as exc:
+        return {"error": str(exc)}
+    finally:
+        db.close()
+    return {step: {"rows": n, "first_row": round(lo - started, 1),
+                   "last_row": round(hi - started, 1)} for step, n, lo, hi in rows}
 
 
 def timeline(run: dict) -> list[dict]:
@@ -196,7 +216,8 @@ def summary(runs: list[dict]) -> list[dict]:
     return [{"pipeline": r.get("pipeline"), "executor": r["executor"], "exit": r["exit"],
              "wall_s": r["wall_s"], "build_s": r["stats"].get("seconds"),
              "kept": r["stats"].get("kept"), "timeline": timeline(r),
-             "kept_by_backend": r.get("kept_by_backend"), "cuda_pairs": r.get("cuda_pairs")}
+             "kept_by_backend": r.get("kept_by_backend"), "cuda_pairs": r.get("cuda_pairs"),
+             "unfinished": r.get("ledger")}
             for r in runs]
 
 

@@ -156,7 +156,9 @@ def run_one(b: Bench, out_dir: Path, tag: str, kb: str | None, limit: int) -> di
     args = [a.format(out=result, kb=kb, dir=out_dir, deadline=deadline, wheels=wheels)
             for a in b.args]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+           # tests/conftest.py writes each failure here as it happens (a cut run keeps them)
+           "CURATE_TEST_FAILURES": str(out_dir / f"{b.name}_failures.txt")}
     t0 = time.monotonic()
     with open(out_dir / f"{b.name}.log", "w") as log:
         # a session of its own: at the limit, the benchmark goes with every worker it started

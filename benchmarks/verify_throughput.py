@@ -123,7 +123,8 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
             results[pairs[i]["id"]] = r
             last[0] = time.monotonic()
             progress.append([round(last[0] - t0, 1), pairs[i].get("path") or pairs[i]["id"],
-                             r.status, r.notes.get("phases_s")])
+                             r.status, r.notes.get("phases_s"),
+                             {k: r.notes.get(k) for k in ("size_gb", "peak_gb", "judge_peak_gb")}])
             if on_row is not None:
                 on_row(progress)
             # one line a row: where a slow run spends its time shows in the log
@@ -156,6 +157,7 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
         "phase_median_s": _phase_medians(results),
         "phase_total_s": _phase_totals(results),
         "phase_share": _phase_shares(results),
+        "memory": memory_fit(results),
         "rows": {k: {"status": r.status, "speedup": r.speedup, "ci": [r.speedup_ci_low,
                                                                       r.speedup_ci_high],
                      "ref_ms": r.ref_ms, "kernel_ms": r.kernel_ms, "trials": r.timed_trials,
@@ -170,6 +172,30 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
 
 
 _PHASES = ("compile_s", "compile_import_s", "correctness_s")
+
+
+def memory_fit(results: dict) -> dict:
+    """How a row's reservation (verify/row.py `row_memory_gb`, from the reference's sizes)
+    compares with what its two workers allocated at their peak (torch's count: the CUDA
+    contexts and the allocator's rounding come on top), row by row."""
+    from curate.verify.row import ROW_MEMORY_BASE_GB, row_memory_gb
+    rows = []
+    for key, r in results.items():
+        size, n = r.notes.get("size_gb"), r.notes
+        if not size or n.get("peak_gb") is None or n.get("judge_peak_gb") is None:
+            continue
+        est = row_memory_gb(size) - ROW_MEMORY_BASE_GB
+        rows.append({"row": key, "inputs_gb": size.get("inputs"),
+                     "outputs_gb": size.get("outputs"), "estimate_gb": round(est, 2),
+                     "peak_gb": round(n["peak_gb"] + n["judge_peak_gb"], 2),
+                     "one_by_one": bool(n.get("correctness_one_by_one"))})
+    big = [x for x in rows if x["estimate_gb"] >= 1.0]
+    ratios = sorted(x["peak_gb"] / x["estimate_gb"] for x in big)
+    return {"rows": len(rows), "rows_over_1gb": len(big),
+            "peak_over_estimate_median": round(statistics.median(ratios), 3) if ratios else None,
+            "peak_over_estimate_max": round(ratios[-1], 3) if ratios else None,
+            "over_estimate": [x for x in big if x["peak_gb"] > x["estimate_gb"]],
+            "largest": sorted(rows, key=lambda x: -x["peak_gb"])[:15]}
 
 
 def _phase_medians(results: dict) -> dict:

@@ -34,6 +34,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.timeout(GPU_TEST_LIMIT_S[kind]))
 
 
+def pytest_runtest_logreport(report):
+    """With $CURATE_TEST_FAILURES set, each failure's report is appended to that file as soon as
+    it happens: a GPU run cut at its time limit (before pytest's summary) still says why."""
+    path = os.environ.get("CURATE_TEST_FAILURES")
+    if path and report.failed:
+        with open(path, "a") as f:
+            f.write(f"== {report.nodeid} ({report.when}, {report.duration:.1f}s)\n"
+                    f"{report.longreprtext[-6000:]}\n{report.capstdout[-3000:]}\n")
+
+
 @pytest.fixture(autouse=True)
 def _gpu_share(request, tmp_path_factory):
     """GPU tests run side by side (`pytest -m gpu -n 4`), except one that asserts a measured

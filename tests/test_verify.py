@@ -98,6 +98,23 @@ def test_statuses_carry_machine_readable_reasons(hostile_run):
     assert "curate_no_such_module" in results["hostile_import_error"].error
 
 
+def test_rows_get_the_same_status_when_workers_keep_nothing(cache_dir):
+    """`keep_bytes=0`, what a multi-GiB row gets on the device: every input set made again from
+    its seed at each call, the reference's outputs computed again when compared, the
+    candidate's correctness calls one at a time. The statuses and reasons stay those of the
+    rows whose workers keep everything (the hostile run above)."""
+    names = ("triton_honest", "triton_wrong", "stale_cache", "nan_output", "tuple_output")
+    rows = [pair(n) for n in names]
+    with Verifier(device="cpu", workers=2, timeout=30, cache_dir=cache_dir, memory_gb=4,
+                  gates=False, keep_bytes=0) as v:
+        results = {rows[i]["id"]: r for i, r in v.verify(rows)}
+    assert {n: results[n].status for n in names} == {n: HOSTILE[n] for n in names}
+    assert results["triton_honest"].notes.get("correctness_one_by_one") is True
+    assert results["triton_honest"].max_abs_err < 1e-3
+    assert "output_mismatch" in results["triton_wrong"].reasons
+    assert "nan_inf" in results["nan_output"].reasons
+
+
 def test_honest_triton_row_is_checked_for_correctness_only_on_cpu(hostile_run):
     results, _ = hostile_run
     ok = results["triton_honest"]
@@ -470,16 +487,20 @@ def test_rows_reserve_device_memory_from_the_reference_shapes(cache_dir, tmp_pat
     """The compile worker reports the reference's sizes from meta tensors (nothing allocated,
     no forward run: untrusted code never runs under the compiler's limit) and a row reserves
     device memory by them."""
-    from curate.verify.row import ROW_MEMORY_BASE_GB, ROW_MEMORY_FACTOR, row_memory_gb
+    from curate.verify.row import ROW_MEMORY_BASE_GB, row_memory_gb
     from curate.verify.worker.compile import meta_sizes
     monkeypatch.chdir(tmp_path)  # the program is written beside the worker's cwd
     ref = (FIX / "ref_gelu_residual.py").read_text()
     sizes = meta_sizes(ref, "t")
     assert sizes and sizes["inputs"] > 0 and sizes["outputs"] > 0
     assert meta_sizes("import torch\nclass Model(torch.nn.Module):\n    pass\n", "t") is None
-    assert row_memory_gb(None) == ROW_MEMORY_FACTOR * 0.25 + ROW_MEMORY_BASE_GB
-    assert row_memory_gb({"inputs": 4, "outputs": 4, "params": 1.25}) == \
-        pytest.approx(ROW_MEMORY_FACTOR * 8 + 2.5 + ROW_MEMORY_BASE_GB)
+    assert row_memory_gb(None) == row_memory_gb({"inputs": 0.125, "outputs": 0.125})
+    # small sets and outputs are kept (seven outputs a side); large ones are not, so the
+    # estimate grows by far less than the sizes between the two regimes
+    small = row_memory_gb({"inputs": 0.1, "outputs": 0.1})
+    large = row_memory_gb({"inputs": 4, "outputs": 4, "params": 1.25})
+    assert ROW_MEMORY_BASE_GB < small < 10 and large < 80
+    assert row_memory_gb({"inputs": 4, "outputs": 4}, keep_gb=64) > large + 4 * 8
     row = pair("cpp_honest", backend="cpp", ref=(FIX / "ref_scale_add.py").read_text())
     with Verifier(device="cpu", workers=1, cache_dir=cache_dir, compile_workers=1) as v:
         memory = v.devices[0].memory

@@ -96,9 +96,9 @@ def scratch(tmp_path, monkeypatch):
     session._current = None
 
 
-def candidate_outputs(kernel: str = HONEST) -> tuple[list, list, list]:
+def candidate_outputs(kernel: str = HONEST, **kw) -> tuple[list, list, list]:
     """A candidate's row up to its fetched outputs: (digests, fetched outputs, batch)."""
-    loaded = load("candidate", kernel)
+    loaded = load("candidate", kernel, **kw)
     assert isinstance(loaded, m.Loaded), loaded
     batch = ask(m.Calls(calls=CALLS, check=2, keep=True))
     assert isinstance(batch, m.Batch) and batch.digests == [], batch   # untimed: no commitment
@@ -145,21 +145,38 @@ def test_every_request_round_trips_through_the_handler():
 
 
 @pytest.mark.parametrize("candidate", ["honest", "wrong"])
-def test_a_judge_that_keeps_no_reference_output_computes_each_again(candidate, monkeypatch):
+def test_a_judge_that_keeps_no_reference_output_computes_each_again(candidate):
     """Large reference outputs are not all kept on the device: each is computed again when its
     call is compared, with the same verdict as when kept."""
-    from curate.verify.worker import judge
-    monkeypatch.setattr(judge, "KEEP_REFERENCE_BYTES", 0)
     _, fetched, _ = candidate_outputs(HONEST if candidate == "honest" else WRONG)
     ask(m.Finish())
     load("judge")
-    assert isinstance(ask(m.Reference(calls=CALLS)), m.Batch)
+    assert isinstance(ask(m.Reference(calls=CALLS, keep_bytes=0)), m.Batch)
     assert session.current("judge").ref_out == {}
     oks = [ask(m.Compare(call=call, outputs=out.outputs, structure=out.structure,
                          transport="inline", digest=out.digest)).ok
            for call, out in zip(CALLS, fetched)]
     assert all(oks) if candidate == "honest" else not any(oks)
     assert ask(m.Finish()).comparison["ok"] is (candidate == "honest")
+
+
+def test_input_sets_made_again_from_their_seed_are_the_kept_sets_bits():
+    """A worker that keeps no input set (`keep_bytes=0`: each made again at every call) gives
+    the same outputs, bit for bit, as one that keeps them, in the candidate and the judge;
+    the poked set too."""
+    kept, _, _ = candidate_outputs()
+    ask(m.Finish())
+    remade, fetched, _ = candidate_outputs(keep_bytes=0)
+    assert session.current("candidate").runner.remade
+    assert remade == kept
+    ask(m.Finish())
+    load("judge", keep_bytes=0)
+    assert isinstance(ask(m.Reference(calls=CALLS, keep_bytes=0)), m.Batch)
+    assert ask(m.Calls(calls=CALLS, timed=True, keep=True)).digests == kept
+    for call, out in zip(CALLS, fetched):
+        assert ask(m.Compare(call=call, outputs=out.outputs, structure=out.structure,
+                             transport="inline", digest=out.digest)).ok
+    assert ask(m.Finish()).comparison["ok"] is True
 
 
 def test_a_wrong_candidate_fails_the_comparison_and_the_judge_says_why():

@@ -78,6 +78,10 @@ class VerifyConfig:
     sandbox: str = "auto"
     threshold: float | None = None
     second_shape: str = "auto"            # auto (not for static compiles), all, off
+    # the most a worker keeps of one input set, and of the correctness calls' outputs
+    # together: larger sets are made again from their seed at each call, larger outputs go
+    # one call at a time (on the device, kept copies were most of a large row's memory)
+    keep_bytes: int = 2**30
 
     def __post_init__(self):
         if self.device not in DEVICES:

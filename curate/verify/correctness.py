@@ -13,9 +13,10 @@ from . import messages as msg
 from .findings import Finding
 
 # on the GPU, outputs larger than this go to the judge through host memory (sealed memory files)
-# rather than device memory: two more device copies of a multi-GiB output can be what a row
-# does not have
-DEVICE_TRANSPORT_BYTES = 2 * 2**30
+# rather than device memory (two more device copies: the export and the judge's own). Below it,
+# the device way: a round trip of a multi-GiB output through the host costs seconds a call, and
+# since large correctness outputs go one call at a time, the two copies fit the row's estimate
+DEVICE_TRANSPORT_BYTES = 8 * 2**30
 # outputs larger than this cannot travel inline: their base64 (4/3 of the bytes) inside one
 # reply would pass the protocol's message limit, and the worker would die sending it
 INLINE_BYTES = MAX_MESSAGE // 2
@@ -39,28 +40,43 @@ def correctness_calls(rng, trials: int) -> list[list]:
 
 def correctness(row, device, cand, judge) -> tuple[list, list, int, bool]:
     """Returns the candidate's and the reference's per-call times of these calls (to plan the
-    timing from), the candidate's output size, and whether the row is to be timed."""
+    timing from), the candidate's output size, and whether the row is to be timed. Outputs
+    too large to keep together (`keep_bytes`) go one call at a time: run, fetch, compare."""
     cfg = row.cfg
     calls = correctness_calls(row.rng, cfg.trials)
     with device.gate.shared():
-        ref, _ = judge.ask(msg.Reference(calls=calls), "correctness", (msg.Batch,))
-        run, _ = cand.ask(msg.Calls(calls=calls, check=len(calls), keep=True), "correctness",
-                          (msg.Batch,))
-    row.res.notes["correctness_s"] = round(cand.last_wall, 3)
-    row.out_bytes = int(run.out_bytes)
+        ref, _ = judge.ask(msg.Reference(calls=calls, keep_bytes=cfg.keep_bytes),
+                           "correctness", (msg.Batch,))
     first_unscaled = next(i for i, c in enumerate(calls) if c == [0, 1.0])
     timed = cfg.device == "cuda" or row.backend == "cpp"
     idle = None if timed else {"cpu_s": 0.0, "wall_s": 0.0}
-    for i, call in enumerate(calls):
-        if not judge_call(row, device, cand, judge, i, call, precision=i == first_unscaled,
-                          idle=idle, phase="correctness"):
+    one_by_one = ref.out_bytes * len(calls) > cfg.keep_bytes
+    batches = [(i, [c]) for i, c in enumerate(calls)] if one_by_one else [(0, calls)]
+    ms, wall, ok = [], 0.0, True
+    for first, batch in batches:
+        with device.gate.shared():
+            run, _ = cand.ask(msg.Calls(calls=batch, check=len(batch), keep=True, first=first),
+                              "correctness", (msg.Batch,))
+        ms += list(run.ms)
+        wall += cand.last_wall
+        row.out_bytes = int(run.out_bytes)
+        for j, call in enumerate(batch):
+            ok = judge_call(row, device, cand, judge, j, call,
+                            precision=first + j == first_unscaled, idle=idle,
+                            phase="correctness")
+            if not ok:
+                break
+        if not ok:
             break
+    row.res.notes["correctness_s"] = round(wall, 3)
+    if one_by_one:
+        row.res.notes["correctness_one_by_one"] = True
     if idle is not None:
         row.res.notes["idle_cpu_s"] = round(idle["cpu_s"], 4)
         if idle["cpu_s"] > max(IDLE_CPU[0], IDLE_CPU[1] * idle["wall_s"]):
             cand.take([Finding("work_outside_call", "fail")])
     ok = row.res.status != "incorrect"
-    return list(run.ms), list(ref.ms), int(run.out_bytes), timed and ok
+    return ms, list(ref.ms), row.out_bytes, timed and ok
 
 
 def judge_call(row, device, cand, judge, index: int, call: list, *, precision: bool = False,

@@ -71,7 +71,8 @@ class Load(Message):
     """Start a row's session: `role` candidate (reference module for inputs and parameters,
     then the candidate) or judge (the reference alone). `keep_candidate`: the candidate module
     this worker's last session imported is kept and only the reference is loaded again (a
-    second shape of the same row, in the same worker)."""
+    second shape of the same row, in the same worker). Input sets of more than `keep_bytes`
+    each are made again from their seed at every call instead of being kept."""
     kind = "load"
     role: str = "candidate"
     device: str = "cpu"
@@ -85,23 +86,28 @@ class Load(Message):
     gates: bool = True
     extensions_dir: str = ""
     keep_candidate: bool = False
+    keep_bytes: typing.Optional[int] = None
 
 
 @dataclass
 class Reference(Message):
-    """Judge: the reference's outputs of `calls`, kept for comparison."""
+    """Judge: the reference's outputs of `calls`, kept for comparison while they take at most
+    `keep_bytes` together (larger ones are computed again when compared)."""
     kind = "reference"
     calls: list = field(default_factory=list)
+    keep_bytes: int = 2**30
 
 
 @dataclass
 class Calls(Message):
-    """Run the loaded model on `calls`; the first `check` are watched by the worker's gates.
+    """Run the loaded model on `calls`; the first `check` are watched by the worker's gates
+    (which number them from `first`: a row's correctness calls sent one at a time).
     Outputs are kept for `digest` and `fetch` until the next batch; a `timed` batch that keeps
     them replies with their digests."""
     kind = "calls"
     calls: list = field(default_factory=list)
     check: int = 0
+    first: int = 0
     timed: bool = False
     keep: bool = True
 

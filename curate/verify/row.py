@@ -20,11 +20,28 @@ from .sides import RowOver, Side
 from .timed import timed_rounds
 from .verdict import apply_findings
 
-# A row's device memory, from its reference's inputs and outputs (shapes): the candidate keeps
-# its input sets, their pristine copies and a batch of outputs (its peak is about 13-14x the
-# inputs and outputs together), the judge its own sets and the reference outputs; a forward's
-# workspaces (convolutions, matmuls) add a few GB whatever the sizes
-ROW_MEMORY_FACTOR, ROW_MEMORY_BASE_GB = 16.0, 4.0
+# A row's device memory, from its reference's inputs and outputs (shapes), by what its two
+# workers hold at their peak: each its models, its input sets (kept while one set is at most
+# `keep_bytes`; else made again at each call), its buffers and a fresh set being made, the
+# correctness calls' outputs (kept together while they fit in `keep_bytes`; else one at a
+# time), a live output, a timed output and the gates' or the comparison's temporaries; the
+# judge also runs the reference once in float64. ROW_MEMORY_SLACK covers the allocator's
+# rounding, ROW_MEMORY_BASE_GB two CUDA contexts and library workspaces.
+ROW_MEMORY_SLACK, ROW_MEMORY_BASE_GB = 1.25, 4.0
+UNSIZED_GB = 0.125   # inputs and outputs of a row whose sizes are not known (the CPU)
+CORRECTNESS_CALLS = 7   # at most: two scaled calls, three trial sets, set 0 again, the poked set
+
+
+def row_memory_gb(size_gb: dict | None, keep_gb: float = 1.0) -> float:
+    """Device memory a row reserves, from the reference's shapes (`Compile(size=True)`)."""
+    size_gb = size_gb or {"inputs": UNSIZED_GB, "outputs": UNSIZED_GB}
+    i, o = size_gb.get("inputs", 0.0), size_gb.get("outputs", 0.0)
+    p = size_gb.get("params", 0.0)
+    sets = 4 * i if i <= keep_gb else 0.0          # three trial sets and the poked one
+    outs = CORRECTNESS_CALLS * o if CORRECTNESS_CALLS * o <= keep_gb else o
+    candidate = 2 * p + sets + 2 * i + outs + 3 * o
+    judge = p + sets + 2 * i + outs + max(3 * o, 2 * (i + o + p))
+    return ROW_MEMORY_SLACK * (candidate + judge) + ROW_MEMORY_BASE_GB
 
 
 def seed_of(*parts) -> int:
@@ -38,14 +55,6 @@ def row_seeds(seed: int, key: str, trials: int) -> dict:
     return {"init": seed_of(seed, key, "init"),
             "trials": [seed_of(seed, key, "trial", i) for i in range(trials)],
             "poke": seed_of(seed, key, "poke")}
-
-
-def row_memory_gb(size_gb: dict | None) -> float:
-    """Device memory a row reserves, from the reference's shapes (`Compile(size=True)`)."""
-    if not size_gb:
-        return ROW_MEMORY_FACTOR * 0.25 + ROW_MEMORY_BASE_GB
-    io = size_gb.get("inputs", 0) + size_gb.get("outputs", 0)
-    return ROW_MEMORY_FACTOR * io + 2 * size_gb.get("params", 0) + ROW_MEMORY_BASE_GB
 
 
 class WholeDevice(Exception):
@@ -102,7 +111,7 @@ class RowRun:
             return device.memory.capacity
         if size_gb and scale != 1.0:
             size_gb = {**size_gb, **{k: size_gb.get(k, 0) * scale for k in ("inputs", "outputs")}}
-        return device.memory.clamp(row_memory_gb(size_gb))
+        return device.memory.clamp(row_memory_gb(size_gb, self.cfg.keep_bytes / 2**30))
 
     def _precheck(self) -> None:
         """What the parent decides from the code alone (nothing runs)."""
@@ -233,7 +242,7 @@ class RowRun:
             kernel_code=self.row["kernel_code"] if role == "candidate" else None,
             seed_init=seeds["init"], seeds=seeds["trials"], poke=seeds["poke"],
             tag=key[:8], gates=cfg.gates,
-            keep_candidate=keep_candidate and role == "candidate",
+            keep_candidate=keep_candidate and role == "candidate", keep_bytes=cfg.keep_bytes,
             extensions_dir=self.run.row_cache(self.row)["TORCH_EXTENSIONS_DIR"])
 
     def _finish(self, device, cand: Side, judge: Side, first: bool) -> None:

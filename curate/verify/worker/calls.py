@@ -26,16 +26,16 @@ from .clock import reset_persisting_l2
 from .compare import flatten_outputs
 
 
-def poked(inputs: list, seed: int) -> list:
-    """A copy of `inputs` whose floating-point tensors each have one element, picked by `seed`,
-    moved up by a quarter of its size plus a quarter (well past any tolerance, and never a
-    fixed point; the same bits in the judge and the candidate's worker)."""
+def poked(inputs: list, seed: int, in_place: bool = False) -> list:
+    """`inputs` with each floating-point tensor's element picked by `seed` moved up by a quarter
+    of its size plus a quarter (well past any tolerance, and never a fixed point; the same bits
+    in the judge and the candidate's worker): a copy, or (`in_place`) the tensors themselves."""
     import random
     rng = random.Random(seed)
     out = []
     for x in inputs:
         if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 1:
-            y = x.clone()
+            y = x if in_place else x.clone()
             at = tuple(int(i) for i in torch.unravel_index(
                 torch.tensor(rng.randrange(y.numel())), y.shape))
             y[at] = y[at] + (y[at].abs() + 1) * 0.25
@@ -81,20 +81,24 @@ def _same_layout(a: list, b: list) -> bool:
 
 
 class CallRunner:
-    """Calls `model` on variants of `base_sets` (one list of inputs per trial seed)."""
+    """Calls `model` on variants of `base_sets` (models.InputSets: one list of inputs per trial
+    seed, and the poked set)."""
 
-    def __init__(self, model, base_sets: list[list], device: str, timers, flush=None):
+    def __init__(self, model, base_sets, device: str, timers, flush=None):
         self.model, self.base, self.device = model, base_sets, device
         self.timers, self.flush = timers, flush
-        self.bufs = _clone(base_sets[0])
+        # sets made again at each request are new tensors: no copy of them needed
+        self.remade = bool(getattr(base_sets, "remade", False))
+        self.bufs = base_sets[0] if self.remade else _clone(base_sets[0])
         self.calls = 0
+        self.alive: dict[int, tuple] = {}
 
     def inputs(self, k: int, scale: float) -> list:
         """Write call `(k, scale)`'s inputs into the buffers (new buffers when set k's shapes
         differ) and return them."""
         src = self.base[k]
         if not _same_layout(self.bufs, src):
-            self.bufs = _clone(src)
+            self.bufs = src if self.remade else _clone(src)
         out = []
         for j, (buf, x) in enumerate(zip(self.bufs, src)):
             if isinstance(buf, torch.Tensor):
@@ -111,7 +115,7 @@ class CallRunner:
         out = []
         for x in self.base[k]:
             if isinstance(x, torch.Tensor):
-                y = x.clone()
+                y = x if self.remade else x.clone()
                 if scale != 1.0 and y.is_floating_point():
                     y.mul_(scale)
                 out.append(y)
@@ -119,14 +123,18 @@ class CallRunner:
                 out.append(x)
         return out
 
-    def run(self, calls: list, keep: bool, after=None) -> Batch:
+    def run(self, calls: list, keep: bool, after=None, first: int = 0) -> Batch:
         """Every call: inputs written, L2 flushed, device-wide synchronized, timed. `after(i,
-        inputs, items, structure)` runs between calls, outside the clock."""
+        inputs, items, structure)` runs between calls, outside the clock. `first` > 0: these
+        calls continue the last batch's sequence (correctness calls sent one at a time), whose
+        outputs a call may not return again."""
         batch = Batch()
         cuda = self.device == "cuda"
         t = self.timers
-        alive: dict[int, tuple] = {}   # storage pointer -> (call, weak reference to the output)
-        for i, (k, scale) in enumerate(calls):
+        if first == 0:
+            self.alive = {}   # storage pointer -> (call, weak reference to the output)
+        alive = self.alive
+        for i, (k, scale) in enumerate(calls, start=first):
             args = self.inputs(int(k), float(scale))
             if cuda:
                 reset_persisting_l2()
@@ -169,7 +177,7 @@ class CallRunner:
                 batch.outputs.append(([x.detach().clone() if isinstance(x, torch.Tensor) else x
                                        for x in items], struct))
             if after is not None:
-                after(i, args, items, struct)
+                after(i - first, args, items, struct)
             del items  # the next call may reuse this output's memory, as in any loop
         return batch
 

@@ -89,7 +89,7 @@ def _build(s: Session, req: Load) -> None:
                             seed, device)
     ctx.notes["parameters"] = share_parameters(ref_model, new_model)
     ctx.ref_model, ctx.new_model = ref_model, new_model
-    sets = base_sets(ctx.ref_module, req.seeds, device, req.poke)
+    sets = base_sets(ctx.ref_module, req.seeds, device, req.poke, req.keep_bytes)
     s.use_runner(CallRunner(new_model, sets, device, TIMERS, flush_for(device)))
     s.ctx.input_sets = len(req.seeds)
     run_hook(s.checks, "after_import", ctx)
@@ -120,11 +120,11 @@ def _calls(s: Session, req: Calls, planned: list[tuple[int, float]]) -> Reply:
         if not inputs_equal(args, pristine):
             s.ctx.flag("input_mutated")
         run_hook(s.checks, "after_call", s.ctx, CandidateCall(
-            trial=i, seed=k, inplace=i > 0, inputs=args, pristine=pristine, outputs=items,
+            trial=req.first + i, seed=k, inplace=req.first + i > 0, inputs=args, pristine=pristine, outputs=items,
             structure=struct, scale=scale))
 
     s.kept = None  # the previous batch's outputs go before this batch allocates
-    batch = s.runner.run(planned, keep=req.keep, after=after)
+    batch = s.runner.run(planned, keep=req.keep, after=after, first=req.first)
     # nothing more before the reply: the parent's clock is running
     return batch_reply(s, batch.ms, batch.outputs)
 

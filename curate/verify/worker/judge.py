@@ -34,46 +34,64 @@ def reference_failed(exc: BaseException, device: str) -> Failed:
 
 def load(req: Load) -> Reply:
     s = Session.start(req)
+    if s.device == "cuda":
+        torch.cuda.reset_peak_memory_stats()   # this row's peak, not an earlier row's
     s.checks = load_checks("judge") if s.gates else []
     try:
         mod = load_program(req.pytorch_code, f"curate_ref_{s.tag}")
         model = build_model(mod.Model, init_args(mod, req.seed_init, s.device), req.seed_init,
                             s.device)
         s.ctx.ref_module, s.ctx.ref_model = mod, model
-        sets = base_sets(mod, req.seeds, s.device, req.poke)
+        sets = base_sets(mod, req.seeds, s.device, req.poke, req.keep_bytes)
         s.use_runner(CallRunner(model, sets, s.device, TIMERS, flush_for(s.device)))
-        inputs = describe_sets(sets[:len(req.seeds)])
+        inputs = describe_sets(sets, len(req.seeds))
     except BaseException as exc:  # noqa: BLE001 - classify_exception raises Ctrl-C again
         return reference_failed(exc, s.device)
     return Loaded(env=env_info(s.device), inputs=inputs)
 
 
-# reference outputs kept for Compare up to this many bytes a row; larger ones are computed
-# again when their call is compared (one at a time), so that a problem with multi-GiB outputs
-# does not hold every correctness call's output on the device at once
-KEEP_REFERENCE_BYTES = 4 * 2**30
+class Recomputed:
+    """The reference's outputs of `calls`, computed again one at a time as they are read (the
+    judge's checks see them all without holding them all)."""
+
+    def __init__(self, s: Session, calls: list):
+        self.s, self.calls = s, calls
+
+    def __len__(self) -> int:
+        return len(self.calls)
+
+    def __iter__(self):
+        for call in self.calls:
+            yield _reference_of(self.s, call)[0]
 
 
-def reference(s: Session, calls: list) -> Reply:
-    """The reference's outputs of `calls` (kept for Compare while they are small); then the
-    judge checks, which see them all."""
+def reference(s: Session, calls: list, keep_bytes: int) -> Reply:
+    """The reference's outputs of `calls`, kept for Compare while all of them fit in
+    `keep_bytes` (larger ones are computed again when their call is compared, one at a time,
+    so that multi-GiB outputs are not all held on the device at once); then the judge's
+    checks, which see them all."""
     planned = parse_calls(calls)
     try:
-        batch = s.runner.run(planned, keep=True)
+        first = s.runner.run(planned[:1], keep=True)
+        size = sum(output_bytes(items) for items, _ in first.outputs)
+        keep = size * len(planned) <= keep_bytes
+        rest = s.runner.run(planned[1:], keep=keep)
     except BaseException as exc:  # noqa: BLE001
         return reference_failed(exc, s.device)
-    outs = {}
-    for call, (items, struct) in zip(planned, batch.outputs):
-        outs[call] = [x.detach() if isinstance(x, torch.Tensor) else x for x in items]
-        s.ref_struct[call] = struct
-    s.ref_calls = list(outs)
-    s.ctx.ref_outputs = list(outs.values())
-    run_hook(s.checks, "after_reference", s.ctx)
-    s.ctx.ref_outputs = None
-    reply = batch_reply(s, batch.ms, batch.outputs)
-    if sum(output_bytes(items) for items, _ in batch.outputs) <= KEEP_REFERENCE_BYTES:
-        s.ref_out.update(outs)
+    s.ref_calls = list(dict.fromkeys(planned))   # set 0 unscaled comes twice: once here
+    if keep:
+        for call, (items, struct) in zip(planned, first.outputs + rest.outputs):
+            s.ref_out[call] = [x.detach() if isinstance(x, torch.Tensor) else x for x in items]
+            s.ref_struct[call] = struct
+        s.ctx.ref_outputs = [s.ref_out[c] for c in s.ref_calls]
     else:
+        s.ctx.ref_outputs = Recomputed(s, s.ref_calls)
+    try:
+        run_hook(s.checks, "after_reference", s.ctx)
+    finally:
+        s.ctx.ref_outputs = None
+    reply = batch_reply(s, first.ms + rest.ms, first.outputs + rest.outputs)
+    if not keep:
         s.kept = None   # nothing of them stays: each is computed again when compared
     return reply
 

@@ -99,7 +99,7 @@ def _dispatch(req) -> Reply:
     if isinstance(req, Release):
         return Released(released=transport.release())
     if isinstance(req, Reference):
-        return judge.reference(session.current("judge"), req.calls)
+        return judge.reference(session.current("judge"), req.calls, req.keep_bytes)
     if isinstance(req, Compare):
         return judge.compare_call(session.current("judge"), req)
     if isinstance(req, Fetch):

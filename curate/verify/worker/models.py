@@ -75,12 +75,48 @@ def share_parameters(ref_model, new_model) -> str:
     return "seed"
 
 
-def base_sets(mod, seeds: list[int], device: str, poke: int | None = None) -> list[list]:
+class InputSets:
+    """A row's input sets by index: one per trial seed, then (with `poke`) set 0 with one
+    element poked. Sets of more than `keep_bytes` each are made again from their seed whenever
+    one is asked for instead of being kept: three sets and a poked copy of a multi-GiB problem
+    are most of a worker's device memory, and making a set again on the device takes
+    milliseconds (the same seed gives the same bits, in this process and in the other)."""
+
+    def __init__(self, mod, seeds: list[int], device: str, poke: int | None = None,
+                 keep_bytes: int | None = None):
+        self.mod, self.seeds, self.device, self.poke = mod, list(seeds), device, poke
+        first = make_inputs(mod, self.seeds[0], device) if self.seeds else []
+        self.remade = keep_bytes is not None and set_bytes(first) > keep_bytes
+        self._kept: list[list] | None = None
+        if not self.remade:
+            self._kept = [first] + [make_inputs(mod, seed, device) for seed in self.seeds[1:]]
+            if poke is not None and self.seeds:
+                self._kept.append(poked(first, int(poke)))
+
+    def __len__(self) -> int:
+        return len(self.seeds) + (self.poke is not None and bool(self.seeds))
+
+    def __getitem__(self, k: int) -> list:
+        """Set `k`; when sets are made again, a new list of new tensors the caller owns."""
+        if self._kept is not None:
+            return self._kept[k]
+        k = k + len(self) if k < 0 else k
+        if not 0 <= k < len(self):
+            raise IndexError(f"input set {k} of {len(self)}")
+        if k < len(self.seeds):
+            return make_inputs(self.mod, self.seeds[k], self.device)
+        return poked(make_inputs(self.mod, self.seeds[0], self.device), int(self.poke),
+                     in_place=True)
+
+
+def base_sets(mod, seeds: list[int], device: str, poke: int | None = None,
+              keep_bytes: int | None = None) -> InputSets:
     """One input set per trial seed, then (with `poke`) set 0 with one element poked."""
-    sets = [make_inputs(mod, seed, device) for seed in seeds]
-    if poke is not None and sets:
-        sets.append(poked(sets[0], int(poke)))
-    return sets
+    return InputSets(mod, seeds, device, poke, keep_bytes)
+
+
+def set_bytes(inputs: list) -> int:
+    return sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
 
 
 def inputs_equal(a: list, b: list) -> bool:
@@ -93,10 +129,10 @@ def inputs_equal(a: list, b: list) -> bool:
     return True
 
 
-def describe_sets(sets: list[list]) -> list[list]:
-    """Each input set as the verification record shows it: per argument its shape, dtype and
-    value range (a plain value as itself)."""
-    return [[_describe(x) for x in s] for s in sets]
+def describe_sets(sets, n: int) -> list[list]:
+    """The first `n` input sets as the verification record shows them: per argument its shape,
+    dtype and value range (a plain value as itself); one set at a time."""
+    return [[_describe(x) for x in sets[k]] for k in range(n)]
 
 
 def _describe(x) -> dict:
