@@ -124,7 +124,9 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
             last[0] = time.monotonic()
             progress.append([round(last[0] - t0, 1), pairs[i].get("path") or pairs[i]["id"],
                              r.status, r.notes.get("phases_s"),
-                             {k: r.notes.get(k) for k in ("size_gb", "peak_gb", "judge_peak_gb")}])
+                             {k: r.notes.get(k) for k in ("size_gb", "peak_gb", "judge_peak_gb",
+                                                          "peak_reserved_gb",
+                                                          "judge_peak_reserved_gb")}])
             if on_row is not None:
                 on_row(progress)
             # one line a row: where a slow run spends its time shows in the log
@@ -165,6 +167,7 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
                      "device": r.device_index,
                      "notes": {k: r.notes.get(k) for k in _PHASES + (
                          "phases_s", "budget_s", "timing_check", "timing", "peak_gb", "judge_peak_gb",
+                         "peak_reserved_gb", "judge_peak_reserved_gb",
                          "alone_retry", "patched", "size_gb")},
                      "error": (r.error or "")[:300] or None}
                  for k, r in results.items()},
@@ -176,18 +179,20 @@ _PHASES = ("compile_s", "compile_import_s", "correctness_s")
 
 def memory_fit(results: dict) -> dict:
     """How a row's reservation (verify/row.py `row_memory_gb`, from the reference's sizes)
-    compares with what its two workers allocated at their peak (torch's count: the CUDA
-    contexts and the allocator's rounding come on top), row by row."""
+    compares with what its two workers held at their peak (torch's reserved memory where the
+    workers report it, else its allocated count; the CUDA contexts come on top), row by row."""
     from curate.verify.row import ROW_MEMORY_BASE_GB, row_memory_gb
     rows = []
     for key, r in results.items():
         size, n = r.notes.get("size_gb"), r.notes
-        if not size or n.get("peak_gb") is None or n.get("judge_peak_gb") is None:
+        cand = n.get("peak_reserved_gb", n.get("peak_gb"))
+        judge = n.get("judge_peak_reserved_gb", n.get("judge_peak_gb"))
+        if not size or cand is None or judge is None:
             continue
         est = row_memory_gb(size) - ROW_MEMORY_BASE_GB
         rows.append({"row": key, "inputs_gb": size.get("inputs"),
                      "outputs_gb": size.get("outputs"), "estimate_gb": round(est, 2),
-                     "peak_gb": round(n["peak_gb"] + n["judge_peak_gb"], 2),
+                     "peak_gb": round(cand + judge, 2),
                      "one_by_one": bool(n.get("correctness_one_by_one"))})
     big = [x for x in rows if x["estimate_gb"] >= 1.0]
     ratios = sorted(x["peak_gb"] / x["estimate_gb"] for x in big)

@@ -598,3 +598,22 @@ def test_outputs_pass_between_two_real_workers(tmp_path, device, way):
         assert got.ok, got
         assert not wrong_way.ok and "outputs_unreadable" in [f.reason for f in wrong_way.findings]
         assert isinstance(call(cand, m.Release())[0], m.Released)
+
+
+def test_bitwise_sameness_holds_nan_positions_chunk_by_chunk(monkeypatch):
+    """The gates' `same` compares chunk by chunk where values differ (no full-size temporaries
+    for multi-GiB outputs): NaN equals NaN at the same position, and one element off is seen
+    in any chunk."""
+    from curate.verify.worker.gates import state
+    monkeypatch.setattr(state, "SAME_CHUNK", 5)
+    a = torch.randn(23)
+    a[3] = a[17] = float("nan")
+    assert state.same(a, a.clone())
+    moved = a.clone()
+    moved[17] = 0.0
+    assert not state.same(a, moved)
+    off = a.clone()
+    off[21] += 1.0
+    assert not state.same(a, off) and not state.same(a, a[:22])
+    assert state.same(torch.arange(5), torch.arange(5))
+    assert not state.same(torch.arange(5), torch.arange(5) + 1)

@@ -125,7 +125,7 @@ class CallRunner:
 
     def run(self, calls: list, keep: bool, after=None, first: int = 0) -> Batch:
         """Every call: inputs written, L2 flushed, device-wide synchronized, timed. `after(i,
-        inputs, items, structure)` runs between calls, outside the clock. `first` > 0: these
+        inputs, items, structure, kept copy or None)` runs between calls, outside the clock. `first` > 0: these
         calls continue the last batch's sequence (correctness calls sent one at a time), whose
         outputs a call may not return again."""
         batch = Batch()
@@ -169,15 +169,16 @@ class CallRunner:
                             f"{earlier[0]}'s output, still held by the candidate: outputs "
                             "must be fresh work")
                     alive[ptr] = (i, weakref.ref(x))
+            copy = None
             if keep:
                 # a copy is kept, made outside the clock; the output itself is let go, so the
                 # next call allocates as it would in a loop that drops its results (keeping
                 # them would make every call's allocations fresh memory, which costs eager
                 # PyTorch more than a fused kernel)
-                batch.outputs.append(([x.detach().clone() if isinstance(x, torch.Tensor) else x
-                                       for x in items], struct))
+                copy = [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in items]
+                batch.outputs.append((copy, struct))
             if after is not None:
-                after(i - first, args, items, struct)
+                after(i - first, args, items, struct, copy)
             del items  # the next call may reuse this output's memory, as in any loop
         return batch
 

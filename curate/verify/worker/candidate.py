@@ -112,16 +112,20 @@ def _calls(s: Session, req: Calls, planned: list[tuple[int, float]]) -> Reply:
         s.timed_started = True
         run_hook(s.checks, "before_timing", s.ctx)
 
-    def after(i, args, items, struct):
+    def after(i, args, items, struct, copy):
         if i >= req.check:
             return
         k, scale = planned[i]
         pristine = s.runner.pristine(k, scale)
         if not inputs_equal(args, pristine):
             s.ctx.flag("input_mutated")
+        if s.runner.remade and s.device == "cuda":
+            pristine = []   # large sets: the gates take their copies through ctx.pristine
+        if copy is None:
+            copy = [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in items]
         run_hook(s.checks, "after_call", s.ctx, CandidateCall(
-            trial=req.first + i, seed=k, inplace=req.first + i > 0, inputs=args, pristine=pristine, outputs=items,
-            structure=struct, scale=scale))
+            trial=req.first + i, seed=k, inplace=req.first + i > 0, inputs=args,
+            pristine=pristine, outputs=copy, structure=struct, scale=scale))
 
     s.kept = None  # the previous batch's outputs go before this batch allocates
     batch = s.runner.run(planned, keep=req.keep, after=after, first=req.first)
@@ -157,6 +161,7 @@ def finish(s: Session) -> Reply:
     notes = ctx.notes
     if s.device == "cuda":
         notes["peak_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+        notes["peak_reserved_gb"] = round(torch.cuda.max_memory_reserved() / 2**30, 3)
     notes["persisting_l2_reset"] = reset_persisting_l2() if s.device == "cuda" else None
     patched = tampered_library()
     if patched:  # torch, F, Tensor methods or timers replaced for the whole process

@@ -80,8 +80,8 @@ class CandidateCall:
     seed: int               # the call's input set k
     inplace: bool           # inputs rewritten in place into the previous trial's buffers
     inputs: list            # what the candidate was given (may have been mutated by it)
-    pristine: list          # an untouched copy of the same inputs
-    outputs: list           # flat list of output tensors (on the device)
+    pristine: list          # an untouched copy of the same inputs ([] for large sets on the GPU)
+    outputs: list           # the harness's copy of the flat outputs (on the device)
     structure: str
     scale: float = 1.0      # the call's scale (inputs of set k times scale)
 

@@ -165,7 +165,8 @@ def finish(s: Session) -> Reply:
             s.ctx.flag("reference_unstable", fatal=True, status="degenerate_reference")
             s.ctx.notes["reference_vs_float64"] = unstable
     t = s.total
-    peak = {"judge_peak_gb": round(torch.cuda.max_memory_allocated() / 2**30, 3)} \
+    peak = {"judge_peak_gb": round(torch.cuda.max_memory_allocated() / 2**30, 3),
+            "judge_peak_reserved_gb": round(torch.cuda.max_memory_reserved() / 2**30, 3)} \
         if s.device == "cuda" else {}
     return Finished(env=env_info(s.device), findings=list(s.ctx.findings),
                     notes={**s.ctx.notes, **s.precision, **peak},

@@ -94,7 +94,7 @@ class DynamicGates:
                               other_call(call.seed, scale, ctx.input_sets))
         else:  # a worker without a runner: the watched call's own inputs, and no call b
             calls = GateCalls.of_lists(call.pristine, None)
-        expected = [t.detach().clone() for t in call.outputs if hasattr(t, "detach")]
+        expected = [t.detach() for t in call.outputs if hasattr(t, "detach")]  # a copy already
         names = cuda_kernel_names(ctx.kernel_code) if ctx.backend == "cuda" else ()
         findings = check_candidate(ctx.new_model, device=ctx.device, reference=ctx.ref_model,
                                    cuda_kernel_names=names, calls=calls, expected_a=expected)

@@ -65,15 +65,27 @@ def flat(out) -> list:
         return res
     return []
 
+SAME_CHUNK = 1 << 26   # elements compared at a time where values differ (NaN handling)
+
+
 def same(a, b) -> bool:
-    """Bitwise-equal tensors (NaN equal to NaN)."""
+    """Bitwise-equal tensors (NaN equal to NaN). Equal tensors answer at once; otherwise NaN
+    positions and values are compared a chunk at a time, so two multi-GiB outputs do not need
+    full-size temporaries."""
     import torch
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    if a.dtype.is_floating_point:
-        return bool(torch.equal(torch.isnan(a), torch.isnan(b)) and
-                    torch.equal(torch.nan_to_num(a, nan=0.0), torch.nan_to_num(b, nan=0.0)))
-    return bool(torch.equal(a, b))
+    if torch.equal(a, b):
+        return True
+    if not a.dtype.is_floating_point:
+        return False
+    fa, fb = a.reshape(-1), b.reshape(-1)
+    for i in range(0, fa.numel(), SAME_CHUNK):
+        x, y = fa[i:i + SAME_CHUNK], fb[i:i + SAME_CHUNK]
+        if not (torch.equal(torch.isnan(x), torch.isnan(y)) and
+                torch.equal(torch.nan_to_num(x, nan=0.0), torch.nan_to_num(y, nan=0.0))):
+            return False
+    return True
 
 def close(a, b, rtol=1e-3, atol=1e-4) -> bool:
     import torch
