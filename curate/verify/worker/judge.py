@@ -14,7 +14,7 @@ import torch
 from ...isolation import worker
 from ...isolation.program import load_program
 from ..errors import classify_exception
-from ..messages import Compare, Compared, Failed, Finished, Load, Loaded, Reply
+from ..messages import Batch, Compare, Compared, Failed, Finished, Load, Loaded, Reply
 from . import transport
 from .calls import CallRunner, output_bytes
 from .clock import TIMERS, flush_for
@@ -75,6 +75,9 @@ def reference(s: Session, calls: list, keep_bytes: int) -> Reply:
         first = s.runner.run(planned[:1], keep=True)
         size = sum(output_bytes(items) for items, _ in first.outputs)
         keep = size * len(planned) <= keep_bytes
+        structure = first.outputs[0][1] if first.outputs else None
+        if not keep:
+            first.outputs.clear()   # one output at a time on the device from here
         rest = s.runner.run(planned[1:], keep=keep)
     except BaseException as exc:  # noqa: BLE001
         return reference_failed(exc, s.device)
@@ -90,10 +93,11 @@ def reference(s: Session, calls: list, keep_bytes: int) -> Reply:
         run_hook(s.checks, "after_reference", s.ctx)
     finally:
         s.ctx.ref_outputs = None
-    reply = batch_reply(s, first.ms + rest.ms, first.outputs + rest.outputs)
-    if not keep:
-        s.kept = None   # nothing of them stays: each is computed again when compared
-    return reply
+    if keep:
+        return batch_reply(s, first.ms + rest.ms, first.outputs + rest.outputs)
+    s.kept = None   # nothing of them stays: each is computed again when compared
+    return Batch(ms=first.ms + rest.ms, findings=list(s.ctx.findings), structure=structure,
+                 out_bytes=size)
 
 
 def calls(s: Session, planned_calls: list, keep: bool) -> Reply:
