@@ -634,3 +634,13 @@ def test_precision_readings_are_the_same_a_chunk_at_a_time(monkeypatch):
     assert precision._half_representable(half) == 1.0
     assert precision._half_representable(torch.randn(4000)) < 0.01
     assert precision._half_representable(torch.zeros(1000)) == 0.0
+
+
+def test_closeness_is_read_chunk_by_chunk(monkeypatch):
+    from curate.verify.worker.gates import state
+    monkeypatch.setattr(state, "SAME_CHUNK", 4)
+    a = torch.randn(19)
+    assert state.close(a, a + 1e-6) and not state.close(a, a[:18])
+    far = a.clone()
+    far[18] += 1.0
+    assert not state.close(a, far)

@@ -95,7 +95,11 @@ def close(a, b, rtol=1e-3, atol=1e-4) -> bool:
         work = torch.promote_types(torch.promote_types(a.dtype, b.dtype), torch.float32)
         if not (a.is_floating_point() and b.is_floating_point()):
             work = torch.float64
-        return bool(torch.allclose(a.to(work), b.to(work), rtol=rtol, atol=atol, equal_nan=True))
+        fa, fb = a.reshape(-1), b.reshape(-1)   # a chunk at a time: no full-size temporaries
+        n = SAME_CHUNK
+        return all(bool(torch.allclose(fa[i:i + n].to(work), fb[i:i + n].to(work), rtol=rtol,
+                                       atol=atol, equal_nan=True))
+                   for i in range(0, fa.numel(), n))
     except Exception:  # noqa: BLE001
         return False
 
