@@ -38,8 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-STAGE_KEYS = ("name", "rows_in", "rows_out", "dropped", "cached", "started", "first_row",
-              "last_row", "ended")
+STAGE_KEYS = ("name", "rows_in", "rows_out", "dropped", "cached", "statuses", "started",
+              "first_row", "last_row", "ended")
 
 
 def kb_pipeline(kb: Path, device: str, dest: Path) -> Path:
