@@ -125,9 +125,9 @@ class CallRunner:
 
     def run(self, calls: list, keep: bool, after=None, first: int = 0) -> Batch:
         """Every call: inputs written, L2 flushed, device-wide synchronized, timed. `after(i,
-        inputs, items, structure, kept copy or None)` runs between calls, outside the clock. `first` > 0: these
-        calls continue the last batch's sequence (correctness calls sent one at a time), whose
-        outputs a call may not return again."""
+        inputs, items, structure, kept copy or None)` runs between calls, outside the clock.
+        `first` > 0: these calls continue the last batch's sequence (correctness calls sent one
+        at a time), whose outputs a call may not return again."""
         batch = Batch()
         cuda = self.device == "cuda"
         t = self.timers
