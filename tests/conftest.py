@@ -27,11 +27,13 @@ GPU_TEST_LIMIT_S = {"gpu": 240, "gpu_timing": 360}
 
 def pytest_collection_modifyitems(config, items):
     """Every GPU test gets a time limit of its own, so that one hang cannot take the whole
-    `pytest -m gpu` run with it."""
+    `pytest -m gpu` run with it. Tests that hold the GPU alone come last: given out early, one
+    would wait for the lock with other tests queued behind it on its worker."""
     for item in items:
         if item.get_closest_marker("gpu") and not item.get_closest_marker("timeout"):
             kind = "gpu_timing" if item.get_closest_marker("gpu_timing") else "gpu"
             item.add_marker(pytest.mark.timeout(GPU_TEST_LIMIT_S[kind]))
+    items.sort(key=lambda item: item.get_closest_marker("gpu_timing") is not None)
 
 
 def pytest_runtest_logreport(report):
