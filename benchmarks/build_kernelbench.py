@@ -84,20 +84,17 @@ def run_build(pipeline: Path, out: Path, executor: str, deadline: float | None) 
 def ledger_progress(out: Path, started: float) -> dict:
     """Where a build that did not finish had got to: per step of its ledger, the rows finished
     and when the first and the last of them finished (seconds since the build started)."""
-    import sqlite3
+    from curate.pipeline.ledger import Ledger
     path = out / "ledger.sqlite"
     if not path.is_file():
         return {}
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    ledger = Ledger(path)
     try:
-        rows = db.execute("SELECT step, count(*), min(created), max(created) FROM results "
-                          "GROUP BY step").fetchall()
-    except sqlite3.Error as exc:
-        return {"error": str(exc)}
+        steps = ledger.progress()
     finally:
-        db.close()
+        ledger.close()
     return {step: {"rows": n, "first_row": round(lo - started, 1),
-                   "last_row": round(hi - started, 1)} for step, n, lo, hi in rows}
+                   "last_row": round(hi - started, 1)} for step, (n, lo, hi) in steps.items()}
 
 
 def timeline(run: dict) -> list[dict]:

@@ -107,3 +107,20 @@ def test_finished_build_is_reused_whole(tmp_path):
     assert all(s["skipped"] for s in stats["stages"])
     assert max(_ledger_rows(tmp_path / "b").values()) == 1
     assert time.monotonic() - t0 < 30
+
+
+def test_the_ledger_says_how_far_each_step_got(tmp_path):
+    """Per step: rows finished and when the first and the last finished (what a benchmark reads
+    of a build cut at its limit)."""
+    from curate.pipeline.ledger import Ledger
+    from curate.pipeline.step import Outcome
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    t0 = time.time()
+    ledger.record("synth", "a", Outcome(kept=[{"id": "a"}]))
+    ledger.record("synth", "b", Outcome(dropped={"id": "b"}, reasons=["x"]))
+    ledger.record("verify", "a", Outcome(kept=[{"id": "a"}]))
+    got = ledger.progress()
+    ledger.close()
+    assert set(got) == {"synth", "verify"} and got["synth"][0] == 2 and got["verify"][0] == 1
+    n, first, last = got["synth"]
+    assert t0 <= first <= last <= time.time()

@@ -81,6 +81,12 @@ class Ledger:
             q, args = q + " WHERE step=?", [step]
         return dict(self.db.execute(q, args).fetchall())
 
+    def progress(self) -> dict[str, tuple[int, float, float]]:
+        """step -> (rows finished, when the first and the last of them finished; epoch
+        seconds): where a build stood, finished or not."""
+        q = "SELECT step, count(*), min(created), max(created) FROM results GROUP BY step"
+        return {step: (n, lo, hi) for step, n, lo, hi in self.db.execute(q)}
+
     def close(self) -> None:
         self.commit()
         self.db.close()
