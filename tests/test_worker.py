@@ -604,8 +604,9 @@ def test_bitwise_sameness_holds_nan_positions_chunk_by_chunk(monkeypatch):
     """The gates' `same` compares chunk by chunk where values differ (no full-size temporaries
     for multi-GiB outputs): NaN equals NaN at the same position, and one element off is seen
     in any chunk."""
+    from curate.verify.worker import compare
     from curate.verify.worker.gates import state
-    monkeypatch.setattr(state, "SAME_CHUNK", 5)
+    monkeypatch.setattr(compare, "CHUNK", 5)
     a = torch.randn(23)
     a[3] = a[17] = float("nan")
     assert state.same(a, a.clone())
@@ -637,8 +638,9 @@ def test_precision_readings_are_the_same_a_chunk_at_a_time(monkeypatch):
 
 
 def test_closeness_is_read_chunk_by_chunk(monkeypatch):
+    from curate.verify.worker import compare
     from curate.verify.worker.gates import state
-    monkeypatch.setattr(state, "SAME_CHUNK", 4)
+    monkeypatch.setattr(compare, "CHUNK", 4)
     a = torch.randn(19)
     assert state.close(a, a + 1e-6) and not state.close(a, a[:18])
     far = a.clone()

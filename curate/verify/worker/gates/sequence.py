@@ -13,6 +13,7 @@ is merely wrong is left to the judge's comparison (`incorrect`, not `deceptive`)
 from __future__ import annotations
 
 from ..compare import compare
+from ..digest import digest
 from .candidate import (
     GateCalls,
     alias_findings,
@@ -85,7 +86,6 @@ class GateRun:
     def _inputs_digest(self, which: str) -> int:
         """Call `which`'s inputs as one exact digest: two calls' inputs compared without
         holding both copies at once."""
-        from ..digest import digest
         return digest(list(tensors_in(self.calls.pristine(which))))
 
     def compared(self, out) -> None:

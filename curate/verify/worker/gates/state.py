@@ -65,14 +65,13 @@ def flat(out) -> list:
         return res
     return []
 
-SAME_CHUNK = 1 << 26   # elements compared at a time where values differ (NaN handling)
-
-
 def same(a, b) -> bool:
     """Bitwise-equal tensors (NaN equal to NaN). Equal tensors answer at once; otherwise NaN
     positions and values are compared a chunk at a time, so two multi-GiB outputs do not need
     full-size temporaries."""
     import torch
+
+    from ..compare import CHUNK
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     if torch.equal(a, b):
@@ -80,8 +79,8 @@ def same(a, b) -> bool:
     if not a.dtype.is_floating_point:
         return False
     fa, fb = a.reshape(-1), b.reshape(-1)
-    for i in range(0, fa.numel(), SAME_CHUNK):
-        x, y = fa[i:i + SAME_CHUNK], fb[i:i + SAME_CHUNK]
+    for i in range(0, fa.numel(), CHUNK):
+        x, y = fa[i:i + CHUNK], fb[i:i + CHUNK]
         if not (torch.equal(torch.isnan(x), torch.isnan(y)) and
                 torch.equal(torch.nan_to_num(x, nan=0.0), torch.nan_to_num(y, nan=0.0))):
             return False
@@ -89,6 +88,8 @@ def same(a, b) -> bool:
 
 def close(a, b, rtol=1e-3, atol=1e-4) -> bool:
     import torch
+
+    from ..compare import CHUNK
     if a.shape != b.shape:
         return False
     try:  # fp32 or wider as is: a float64 copy of a multi-GB output can exhaust the GPU
@@ -96,10 +97,9 @@ def close(a, b, rtol=1e-3, atol=1e-4) -> bool:
         if not (a.is_floating_point() and b.is_floating_point()):
             work = torch.float64
         fa, fb = a.reshape(-1), b.reshape(-1)   # a chunk at a time: no full-size temporaries
-        n = SAME_CHUNK
-        return all(bool(torch.allclose(fa[i:i + n].to(work), fb[i:i + n].to(work), rtol=rtol,
-                                       atol=atol, equal_nan=True))
-                   for i in range(0, fa.numel(), n))
+        return all(bool(torch.allclose(fa[i:i + CHUNK].to(work), fb[i:i + CHUNK].to(work),
+                                       rtol=rtol, atol=atol, equal_nan=True))
+                   for i in range(0, fa.numel(), CHUNK))
     except Exception:  # noqa: BLE001
         return False
 
