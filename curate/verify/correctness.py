@@ -50,7 +50,7 @@ def correctness(row, device, cand, judge) -> tuple[list, list, int, bool]:
     first_unscaled = next(i for i, c in enumerate(calls) if c == [0, 1.0])
     timed = cfg.device == "cuda" or row.backend == "cpp"
     idle = None if timed else {"cpu_s": 0.0, "wall_s": 0.0}
-    one_by_one = ref.out_bytes * len(calls) > cfg.keep_bytes
+    one_by_one = not msg.kept_together(ref.out_bytes, len(calls), cfg.keep_bytes)
     batches = [(i, [c]) for i, c in enumerate(calls)] if one_by_one else [(0, calls)]
     ms, wall, ok = [], 0.0, True
     for first, batch in batches:

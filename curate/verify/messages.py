@@ -89,6 +89,13 @@ class Load(Message):
     keep_bytes: typing.Optional[int] = None
 
 
+def kept_together(out_bytes: int, calls: int, keep_bytes: int) -> bool:
+    """Whether the outputs of `calls` calls of `out_bytes` each are kept together: one rule for
+    the judge (keep the reference's, or compute each again) and the parent (send the
+    candidate's correctness calls in one batch, or one at a time)."""
+    return out_bytes * calls <= keep_bytes
+
+
 @dataclass
 class Reference(Message):
     """Judge: the reference's outputs of `calls`, kept for comparison while they take at most

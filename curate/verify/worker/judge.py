@@ -14,7 +14,17 @@ import torch
 from ...isolation import worker
 from ...isolation.program import load_program
 from ..errors import classify_exception
-from ..messages import Batch, Compare, Compared, Failed, Finished, Load, Loaded, Reply
+from ..messages import (
+    Batch,
+    Compare,
+    Compared,
+    Failed,
+    Finished,
+    Load,
+    Loaded,
+    Reply,
+    kept_together,
+)
 from . import transport
 from .calls import CallRunner, output_bytes
 from .clock import TIMERS, flush_for
@@ -74,7 +84,7 @@ def reference(s: Session, calls: list, keep_bytes: int) -> Reply:
     try:
         first = s.runner.run(planned[:1], keep=True)
         size = sum(output_bytes(items) for items, _ in first.outputs)
-        keep = size * len(planned) <= keep_bytes
+        keep = kept_together(size, len(planned), keep_bytes)
         structure = first.outputs[0][1] if first.outputs else None
         if not keep:
             first.outputs.clear()   # one output at a time on the device from here
