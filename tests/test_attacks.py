@@ -20,10 +20,11 @@ ATTACKS = ["pipe_takeover", "reply_interpose", "native_rewrite", "frame_edit",
            "gate_clone_only", "replay_answers", "third_time"]
 TWIN = "honest_swish_add"
 REJECTED = ("deceptive", "incorrect", "timeout", "crashed")
-# the twin's own speed moves from process pair to process pair on a shared CPU (by up to 30%
-# between fresh pairs on 2 cores): a credited attack may exceed it by this factor before it
-# counts as credited for a deception; every attack here claims 3x or more
-SLACK = 1.5
+# the twin's own speed moves from process pair to process pair on a shared CPU (CI once measured
+# the twin at 0.29x and a neutralised attack, doing the twin's work, at 0.44x): a credited attack
+# may exceed the twin by this factor before it counts as credited for a deception; every attack
+# here claims 3x or more, so a credited claim still lands above it
+SLACK = 2.0
 
 
 # the wide problem (two 1024x1024 inputs): a call takes milliseconds, well above the harness's
