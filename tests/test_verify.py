@@ -178,6 +178,11 @@ def test_cpp_pair_is_timed_and_compile_errors_are_trimmed(cache_dir):
                  "starting the judge worker", "timing", "ending workers"):
         assert name in phases, phases
     assert 0.8 * ok.seconds <= sum(phases.values()) <= ok.seconds + 0.01, (phases, ok.seconds)
+    # each worker's own peak for the row (what the reservation rule is calibrated against):
+    # above what it holds after the row, and not the size of the whole machine
+    for who in ("", "judge_"):
+        peak, now = ok.notes[f"{who}peak_rss_gb"], ok.notes[f"{who}rss_gb"]
+        assert 0 < now <= peak < 8, ok.notes
     assert bad.status == "compile_error"
     assert "undeclared_factor" in bad.error and len(bad.error) <= 2000
     # the build is content-addressed in the cache and reused by the next run

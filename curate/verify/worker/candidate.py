@@ -21,6 +21,7 @@ from .calls import CallRunner, OutputRefused
 from .clock import TIMERS, flush_for, reset_persisting_l2
 from .digest import digest
 from .hooks import CandidateCall, load_checks, run_hook
+from .memory import peak_notes, reset_peak
 from .models import (
     base_sets,
     build_model,
@@ -51,8 +52,7 @@ def load(req: Load) -> Reply:
     kept = candidate_module() if req.keep_candidate else None
     s = Session.start(req)
     ctx = s.ctx
-    if s.device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
+    reset_peak(s.device)
     s.checks = load_checks("worker") if s.gates else []
     env = env_info(s.device)
     ctx.ref_module = load_program(req.pytorch_code, f"curate_ref_{s.tag}")
@@ -159,9 +159,7 @@ def finish(s: Session) -> Reply:
         run_hook(s.checks, "after_timing", ctx, None)
     run_hook(s.checks, "finish", ctx)
     notes = ctx.notes
-    if s.device == "cuda":
-        notes["peak_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
-        notes["peak_reserved_gb"] = round(torch.cuda.max_memory_reserved() / 2**30, 3)
+    notes.update(peak_notes(s.device))
     notes["persisting_l2_reset"] = reset_persisting_l2() if s.device == "cuda" else None
     patched = tampered_library()
     if patched:  # torch, F, Tensor methods or timers replaced for the whole process

@@ -31,6 +31,7 @@ from .clock import TIMERS, flush_for
 from .compare import compare
 from .digest import digest
 from .hooks import load_checks, run_hook
+from .memory import peak_notes, reset_peak
 from .models import base_sets, build_model, describe_sets, env_info, init_args
 from .precision import precision_profile, reference_instability
 from .session import Session, batch_reply, parse_calls
@@ -44,8 +45,7 @@ def reference_failed(exc: BaseException, device: str) -> Failed:
 
 def load(req: Load) -> Reply:
     s = Session.start(req)
-    if s.device == "cuda":
-        torch.cuda.reset_peak_memory_stats()   # this row's peak, not an earlier row's
+    reset_peak(s.device)   # this row's peak, not an earlier row's
     s.checks = load_checks("judge") if s.gates else []
     try:
         mod = load_program(req.pytorch_code, f"curate_ref_{s.tag}")
@@ -179,9 +179,7 @@ def finish(s: Session) -> Reply:
             s.ctx.flag("reference_unstable", fatal=True, status="degenerate_reference")
             s.ctx.notes["reference_vs_float64"] = unstable
     t = s.total
-    peak = {"judge_peak_gb": round(torch.cuda.max_memory_allocated() / 2**30, 3),
-            "judge_peak_reserved_gb": round(torch.cuda.max_memory_reserved() / 2**30, 3)} \
-        if s.device == "cuda" else {}
+    peak = peak_notes(s.device, "judge_")
     return Finished(env=env_info(s.device), findings=list(s.ctx.findings),
                     notes={**s.ctx.notes, **s.precision, **peak},
                     comparison={"ok": t.ok, "reasons": t.reasons, "max_abs_err": t.max_abs_err,

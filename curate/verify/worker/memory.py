@@ -1,9 +1,14 @@
 """Device and host memory of a worker between tasks: what an idle worker keeps on the device is
-given back (and reported), and host memory is allocated alike in the judge and the candidate."""
+given back (and reported), host memory is allocated alike in the judge and the candidate, and
+each row's peak is reported (on the GPU the caching allocator's own peaks; on the CPU the
+resident set's high-water mark, which the kernel resets on request through /proc/self/
+clear_refs, so a worker reused for many rows reports each row's own peak). The reservation rule
+(row.row_memory_gb) is calibrated against these peaks."""
 
 from __future__ import annotations
 
 import gc
+import re
 
 import torch
 
@@ -11,6 +16,11 @@ from ..messages import Reply
 from . import transport
 
 KEEP_IDLE_GB = 1.0   # device memory an idle worker may keep beyond what it exported
+GB = 2**30
+# glibc serves requests of this size and more from fresh mappings (same_allocator_settings fixes
+# the threshold here; it is also glibc's own ceiling) and unmaps them when freed: the next such
+# block starts zeroed, never holding an earlier tensor's values
+MMAP_THRESHOLD = 32 << 20
 
 
 def release_device_memory(reply: Reply, keep_gb: float | None = KEEP_IDLE_GB) -> Reply:
@@ -42,6 +52,40 @@ def same_allocator_settings() -> None:
         import ctypes
         libc = ctypes.CDLL(None)
         libc.mallopt(-1, 1 << 30)   # M_TRIM_THRESHOLD
-        libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD
+        libc.mallopt(-3, MMAP_THRESHOLD)  # M_MMAP_THRESHOLD
     except Exception:  # noqa: BLE001 - not glibc
         pass
+
+
+def reset_peak(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        return
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")   # 5: reset the peak resident set to the current one
+    except OSError:
+        pass   # no procfs here: the peak then counts from the worker's start
+
+
+def _status_kb(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as fh:
+            m = re.search(rf"^{field}:\s+(\d+) kB", fh.read(), re.MULTILINE)
+    except OSError:
+        return None
+    return int(m.group(1)) if m else None
+
+
+def peak_notes(device: str, prefix: str = "") -> dict:
+    """`peak_gb` and `peak_reserved_gb` on the GPU; `peak_rss_gb` (and `rss_gb`, what the worker
+    holds at the end, mostly the libraries it imported) on the CPU."""
+    if device == "cuda":
+        return {f"{prefix}peak_gb": round(torch.cuda.max_memory_allocated() / GB, 3),
+                f"{prefix}peak_reserved_gb": round(torch.cuda.max_memory_reserved() / GB, 3)}
+    peak, now = _status_kb("VmHWM"), _status_kb("VmRSS")
+    if peak is None or now is None:
+        return {}
+    return {f"{prefix}peak_rss_gb": round(peak * 1024 / GB, 3),
+            f"{prefix}rss_gb": round(now * 1024 / GB, 3)}
+
