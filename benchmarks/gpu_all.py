@@ -39,6 +39,10 @@ class Bench:
 
 
 BENCHES = [
+    # each worker's peak against the reservation rule (row.row_memory_gb), first: the figures
+    # that rule is calibrated from
+    Bench("row_memory", ["benchmarks/row_memory.py", "--device", "cuda", "--mib", "256,1024,3072",
+                         "--out", "{out}"], 240, headline="rows"),
     Bench("gpu_tests", ["-m", "pytest", "-v", "-m", "gpu", "-n", "4", "-p", "no:cacheprovider",
                         "--durations=0", "--junitxml", "{dir}/gpu_tests.xml", "tests/"], 300),
     Bench("hostile", ["benchmarks/hostile_table.py", "--device", "cuda", "--out", "{out}"], 300,

@@ -5,12 +5,13 @@ the reservation rule (curate.verify.row.row_memory_gb).
         --out benchmarks/results/row_memory_cpu.json
 
 One honest elementwise pair (x * sigmoid(x) + y: two inputs of M MiB, one output of M MiB; the
-C++ fixture on the CPU, the Triton one on the GPU) is verified at each size twice: with its input
-sets kept (`keep_bytes` above them) and made again at each call (`keep_bytes` below them). Each
-worker reports its own peak for the row (the GPU allocator's peak; on the CPU the resident set's
-high-water mark, from which the worker's peak at the smallest size, mostly its libraries, is
-taken away). The table gives each peak in units of one input set (2 M MiB) and the estimate the
-scheduler reserves for the row, so that a change which removes a copy shows as a smaller figure.
+C++ fixture on the CPU, the Triton one on the GPU) is verified at each size with verify's
+defaults and, where those keep its input sets, once more with them made again at each call
+(`keep_bytes` below them). Each worker reports its own peak for the row (the GPU allocator's
+peak; on the CPU the resident set's high-water mark, from which the worker's peak at 1 MiB,
+mostly its libraries, is taken away). The table gives each peak in units of one input set
+(2 M MiB) and the estimate the scheduler reserves for the row (both workers, with its slack):
+a change which removes a copy shows as a smaller figure.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def get_init_inputs():
     return []
 '''
 MiB = 2**20
+KEEP_BYTES = 2**30   # VerifyConfig.keep_bytes's default
 BASE_MIB = 1   # the size whose peak stands for what a worker holds besides the row
 
 
@@ -95,12 +97,14 @@ def main(argv=None) -> int:
     sizes = [int(x) for x in args.mib.split(",") if x]
     base = None
     if args.device == "cpu":
-        base = measure(args.device, BASE_MIB, 2**40, args.timeout)
+        base = measure(args.device, BASE_MIB, KEEP_BYTES, args.timeout)
     rows = []
     print(f"{'MiB':>6} {'sets':>7} {'status':>10} {'cand GB':>8} {'judge GB':>8} "
           f"{'cand sets':>9} {'judge sets':>10} {'estimate GB':>11}")
     for mib in sizes:
-        for keep in (2**40, mib * MiB):   # kept, then made again at each call
+        # verify's own default, then (where that keeps the sets) sets made again at each call
+        keeps = [KEEP_BYTES] + ([mib * MiB] if 2 * mib * MiB <= KEEP_BYTES else [])
+        for keep in keeps:
             r = measure(args.device, mib, keep, args.timeout)
             r["candidate_sets"] = in_sets(r, base, "candidate_gb")
             r["judge_sets"] = in_sets(r, base, "judge_gb")

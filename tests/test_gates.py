@@ -265,6 +265,24 @@ def test_judge_degeneracy_check_uses_the_verdicts_comparison():
     assert flags([[torch.randn(4, 4)], [torch.randn(4, 4)]]) == {}
 
 
+def test_degeneracy_zero_rule_is_the_verdicts_comparison_against_zeros():
+    """The judge's streaming zero check answers as compare(output, zeros) would, for every
+    dtype the tolerances name (it relies on their relative-norm bounds being below 1)."""
+    from curate.verify.worker.compare import CHUNK, DEFAULT_TOL, TOLERANCES, compare
+    from curate.verify.worker.gates.degeneracy import below_tolerance, zero_passes
+    assert all(bound < 1 for _, _, bound in [*TOLERANCES.values(), DEFAULT_TOL])
+    cases = [torch.zeros(5, 3), torch.randn(5, 3), torch.full((4,), 1e-7), -torch.zeros(3),
+             torch.tensor([0.0, float("nan")]), torch.tensor([0.0, float("inf")]),
+             torch.zeros(4, dtype=torch.int64), torch.tensor([0, 2]), torch.zeros(0),
+             torch.zeros(3, dtype=torch.float16), torch.tensor([0.0, 1e-3], dtype=torch.bfloat16)]
+    for x in cases:
+        assert zero_passes(x) == compare([x], [torch.zeros_like(x)]).ok, x
+    # counted chunk by chunk, as the whole tensor at once would count it
+    big = torch.cat([torch.randn(CHUNK) * 1e-4, torch.randn(CHUNK // 2)])
+    atol, rtol = TOLERANCES[torch.float32][:2]
+    assert below_tolerance(big) == int((big.abs() <= atol + rtol * big.abs()).sum()) > CHUNK // 2
+
+
 # -- dynamic gates in a sandboxed worker (Triton interpreter) ------------------------------------
 
 DYNAMIC = {

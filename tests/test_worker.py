@@ -637,6 +637,29 @@ def test_precision_readings_are_the_same_a_chunk_at_a_time(monkeypatch):
     assert precision._half_representable(torch.zeros(1000)) == 0.0
 
 
+def test_precision_float64_reading_consumes_its_inputs_and_has_a_memory_limit():
+    """The float64 run takes the float32 inputs' place (the list given is emptied), and is
+    skipped, saying so, where its float64 copies would pass the limit; the half-precision
+    reading still runs then."""
+    from curate.verify.worker import precision
+    model = torch.nn.Linear(16, 16)
+    x = torch.randn(64, 16)
+    with torch.no_grad():
+        ref = [model(x)]
+    half = [ref[0].half().float()]
+    inputs = [x.clone()]
+    got = precision.precision_profile(model, inputs, ref, half)
+    assert inputs == [] and got["err_vs_float64"]["candidate"] > 5e-5
+    assert got["reduced_precision"] and got["below_float32"]
+    need = 2 * (x.numel() + ref[0].numel()) * 4
+    small = precision.precision_profile(model, [x.clone()], ref, half,
+                                        max_float64_bytes=need - 1)
+    assert "err_vs_float64" not in small and "float64 copies" in small["float64_skipped"]
+    assert small["reduced_precision"]
+    assert "float64_skipped" not in precision.precision_profile(
+        model, [x.clone()], ref, half, max_float64_bytes=need)
+
+
 def test_closeness_is_read_chunk_by_chunk(monkeypatch):
     from curate.verify.worker import compare
     from curate.verify.worker.gates import state

@@ -123,9 +123,18 @@ class CallRunner:
                 out.append(x)
         return out
 
+    def output(self, k: int, scale: float) -> tuple[list, str]:
+        """Call `(k, scale)`'s outputs themselves, untimed (the judge's reference computed again
+        to compare with: no copy beside them)."""
+        args = self.inputs(int(k), float(scale))
+        with torch.no_grad():
+            out = self.model(*args)
+        return flatten_outputs(out)
+
     def run(self, calls: list, keep: bool, after=None, first: int = 0) -> Batch:
         """Every call: inputs written, L2 flushed, device-wide synchronized, timed. `after(i,
-        inputs, items, structure, kept copy or None)` runs between calls, outside the clock.
+        inputs, items, structure, kept copy or None)` runs between calls, outside the clock
+        (`items` None where a copy was kept: the output is let go before the gates run).
         `first` > 0: these calls continue the last batch's sequence (correctness calls sent one
         at a time), whose outputs a call may not return again."""
         batch = Batch()
@@ -159,16 +168,7 @@ class CallRunner:
             plain_outputs(items)
             batch.ms.append(ms)
             self.calls += 1
-            for x in items:
-                if isinstance(x, torch.Tensor) and x.numel():
-                    ptr = x.untyped_storage().data_ptr()
-                    earlier = alive.get(ptr)
-                    if earlier is not None and earlier[1]() is not None and earlier[0] != i:
-                        raise OutputRefused(
-                            "output_reused", f"call {i} returned the storage of call "
-                            f"{earlier[0]}'s output, still held by the candidate: outputs "
-                            "must be fresh work")
-                    alive[ptr] = (i, weakref.ref(x))
+            _refuse_reused(items, i, alive)
             copy = None
             if keep:
                 # a copy is kept, made outside the clock; the output itself is let go, so the
@@ -178,9 +178,25 @@ class CallRunner:
                 copy = [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in items]
                 batch.outputs.append((copy, struct))
             if after is not None:
+                if copy is not None:
+                    items = None   # the gates see the kept copy: the output itself goes first
                 after(i - first, args, items, struct, copy)
             del items  # the next call may reuse this output's memory, as in any loop
         return batch
+
+
+def _refuse_reused(items: list, i: int, alive: dict) -> None:
+    """Call `i`'s outputs may not be the storage of an earlier call's output that is still
+    alive (`alive`: storage pointer -> (call, weak reference), updated here)."""
+    for x in items:
+        if isinstance(x, torch.Tensor) and x.numel():
+            ptr = x.untyped_storage().data_ptr()
+            earlier = alive.get(ptr)
+            if earlier is not None and earlier[1]() is not None and earlier[0] != i:
+                raise OutputRefused(
+                    "output_reused", f"call {i} returned the storage of call {earlier[0]}'s "
+                    "output, still held by the candidate: outputs must be fresh work")
+            alive[ptr] = (i, weakref.ref(x))
 
 
 def plain_outputs(items: list) -> None:

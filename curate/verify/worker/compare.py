@@ -115,7 +115,7 @@ def compare(ref: list, cand: list, ref_structure: str | None = None,
     return c
 
 
-CHUNK = 1 << 25  # elements compared at a time: bounds the temporaries for multi-GB outputs
+CHUNK = 1 << 22  # elements compared at a time: temporaries of tens of MiB, whatever the output
 
 
 def _compare_one(k: int, r, x) -> Comparison:

@@ -123,8 +123,7 @@ def calls(s: Session, planned_calls: list, keep: bool) -> Reply:
 def _reference_of(s: Session, call: tuple[int, float]) -> tuple[list, str]:
     if call in s.ref_out:
         return s.ref_out[call], s.ref_struct[call]
-    (items, struct), = s.runner.run([call], keep=True).outputs
-    return items, struct
+    return s.runner.output(*call)
 
 
 def _refuse(s: Session, reason: str, detail: str) -> Compared:
@@ -157,8 +156,17 @@ def compare_call(s: Session, req: Compare) -> Reply:
     return Compared(ok=cmp.ok, findings=list(s.ctx.findings))
 
 
+# on the GPU the float64 reading only warns (TF32): it is skipped where its float64 copies of
+# the inputs and outputs would pass this many times `keep_bytes` (most of a large row's memory)
+FLOAT64_KEEP_FACTOR = 4
+
+
 def _precision(s: Session, call, ref_items: list, items: list) -> None:
-    s.precision = precision_profile(s.ctx.ref_model, s.runner.pristine(*call), ref_items, items)
+    limit = None
+    if s.device == "cuda" and s.keep_bytes is not None:
+        limit = FLOAT64_KEEP_FACTOR * s.keep_bytes
+    s.precision = precision_profile(s.ctx.ref_model, s.runner.pristine(*call), ref_items, items,
+                                    max_float64_bytes=limit)
     if s.precision.get("reduced_precision"):
         s.ctx.flag("reduced_precision", fatal=True)
     elif s.precision.get("below_float32"):

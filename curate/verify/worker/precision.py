@@ -47,21 +47,30 @@ def _half_representable(x: torch.Tensor) -> float:
 
 
 def _float64_outputs(model, inputs: list) -> list:
-    """The reference program's outputs run in float64 on the same inputs."""
+    """The reference program's outputs run in float64 on the same inputs. `inputs` is
+    consumed (emptied as each tensor is converted): its float32 copies go before the float64
+    run allocates."""
     model64 = copy.deepcopy(model).double()
-    x64 = [x.double() if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x
-           for x in inputs]
+    x64 = []
+    while inputs:
+        x = inputs.pop(0)
+        x64.append(x.double() if isinstance(x, torch.Tensor) and x.dtype == torch.float32
+                   else x)
+        del x
     with torch.no_grad():
         out, _ = flatten_outputs(model64(*x64))
     return out
 
 
-def precision_profile(model, inputs: list, ref_out: list, cand_out: list) -> dict:
+def precision_profile(model, inputs: list, ref_out: list, cand_out: list,
+                      max_float64_bytes: int | None = None) -> dict:
     """Does the candidate compute in lower precision than its float32 reference? Two readings:
     its error against the same program run in float64 (flagged when above 5e-5 relative norm
     and 20 times the float32 reference's own error: half precision leaves far more than
     float32 arithmetic in another order), and whether its values are exactly half-precision
-    numbers. A float32 tolerance alone cannot tell."""
+    numbers. A float32 tolerance alone cannot tell. `inputs` (a copy of the call's inputs) is
+    consumed by the float64 run, which is skipped (and said so) where the float64 copies of the
+    inputs and outputs would take more than `max_float64_bytes`."""
     pairs = [(r, c) for r, c in zip(ref_out, cand_out) if isinstance(r, torch.Tensor)
              and isinstance(c, torch.Tensor) and r.dtype == torch.float32 and r.numel()
              and r.shape == c.shape]
@@ -73,6 +82,12 @@ def precision_profile(model, inputs: list, ref_out: list, cand_out: list) -> dic
     out["half_representable"] = round(half, 4)
     if half > 0.9 and ref_half < 0.5:
         out["reduced_precision"] = "outputs are half-precision numbers"
+    need = 2 * sum(x.numel() * x.element_size() for x in [*inputs, *ref_out]
+                   if isinstance(x, torch.Tensor))
+    if max_float64_bytes is not None and need > max_float64_bytes:
+        out["float64_skipped"] = (f"float64 copies would take {need / 2**30:.1f} GiB, more than "
+                                  f"{max_float64_bytes / 2**30:.1f}")
+        return out
     try:
         o64 = _float64_outputs(model, inputs)
         err_ref = max(_relnorm(r, o) for (r, _), o in zip(pairs, o64))

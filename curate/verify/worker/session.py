@@ -37,6 +37,7 @@ class Session:
     total: Comparison = field(default_factory=Comparison)   # judge: every comparison
     precision: dict = field(default_factory=dict)
     timed_started: bool = False
+    keep_bytes: int | None = None                   # Load.keep_bytes
 
     @classmethod
     def start(cls, req: Load) -> "Session":
@@ -45,7 +46,8 @@ class Session:
         ctx = CheckContext(role=req.role, device=req.device, backend=req.backend or None,
                            pytorch_code=req.pytorch_code, kernel_code=req.kernel_code,
                            timers=TIMERS)
-        _current = cls(role=req.role, device=req.device, tag=req.tag, gates=req.gates, ctx=ctx)
+        _current = cls(role=req.role, device=req.device, tag=req.tag, gates=req.gates, ctx=ctx,
+                       keep_bytes=req.keep_bytes)
         return _current
 
     def use_runner(self, runner: CallRunner) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ..memory import MMAP_THRESHOLD
 from .state import tensors_in
 
 
@@ -15,8 +16,9 @@ def poison_free_memory(device: str = "cuda", like: Iterable[Any] = (), max_bytes
     from recycled memory (e.g. the reference's freed output) shows up as NaN.
 
     CUDA: every free block cached by the allocator is claimed at its exact size, filled and given
-    back. CPU: blocks of the sizes of `like` (the reference's outputs and inputs) are allocated,
-    filled and freed, which is what malloc would hand out next for those sizes.
+    back. CPU: blocks of the sizes of `like` (the reference's outputs and inputs) below
+    MMAP_THRESHOLD are allocated, filled and freed, which is what malloc would hand out next for
+    those sizes (larger blocks come from fresh mappings, zeroed: no earlier values to hide).
     Returns the bytes poisoned."""
     import torch
     held = []
@@ -47,7 +49,7 @@ def poison_free_memory(device: str = "cuda", like: Iterable[Any] = (), max_bytes
     for ref in like:
         for t in tensors_in([ref]):
             nbytes = t.numel() * t.element_size()
-            if nbytes == 0:
+            if nbytes == 0 or nbytes >= MMAP_THRESHOLD:
                 continue
             for _ in range(4):
                 buf = torch.empty(max(1, nbytes // 4), dtype=torch.float32)
