@@ -160,6 +160,28 @@ def test_a_judge_that_keeps_no_reference_output_computes_each_again(candidate):
     assert ask(m.Finish()).comparison["ok"] is (candidate == "honest")
 
 
+def test_input_sets_made_again_hand_out_the_sized_set_once_then_remake_it():
+    """Set 0, made to learn the sets' size, is the first request's (no second `get_inputs`);
+    later requests make it again from its seed, the same bits in new tensors."""
+    import types
+
+    from curate.verify.worker.models import InputSets
+    made = []
+
+    def get_inputs():
+        made.append(1)
+        return [torch.randn(64)]
+
+    mod = types.SimpleNamespace(get_inputs=get_inputs)
+    sets = InputSets(mod, [11, 12], "cpu", poke=5, keep_bytes=16)
+    assert sets.remade and len(made) == 1 and len(sets) == 3
+    first = sets[0]
+    assert len(made) == 1
+    again = sets[0]
+    assert len(made) == 2 and again[0] is not first[0] and torch.equal(again[0], first[0])
+    assert not torch.equal(sets[2][0], first[0]) and len(made) == 3   # poked, from set 0
+
+
 def test_input_sets_made_again_from_their_seed_are_the_kept_sets_bits():
     """A worker that keeps no input set (`keep_bytes=0`: each made again at every call) gives
     the same outputs, bit for bit, as one that keeps them, in the candidate and the judge;

@@ -88,6 +88,9 @@ class InputSets:
         first = make_inputs(mod, self.seeds[0], device) if self.seeds else []
         self.remade = keep_bytes is not None and set_bytes(first) > keep_bytes
         self._kept: list[list] | None = None
+        # made to learn its size: handed out by the first request for set 0 (the runner's
+        # buffers, at once) instead of being made again
+        self._first: list | None = first if self.remade else None
         if not self.remade:
             self._kept = [first] + [make_inputs(mod, seed, device) for seed in self.seeds[1:]]
             if poke is not None and self.seeds:
@@ -103,6 +106,9 @@ class InputSets:
         k = k + len(self) if k < 0 else k
         if not 0 <= k < len(self):
             raise IndexError(f"input set {k} of {len(self)}")
+        if k == 0 and self._first is not None:
+            first, self._first = self._first, None
+            return first
         if k < len(self.seeds):
             return make_inputs(self.mod, self.seeds[k], self.device)
         return poked(make_inputs(self.mod, self.seeds[0], self.device), int(self.poke),
