@@ -62,8 +62,8 @@ class Dedup(Step):
         candidates, near duplicates among them, after verify, where a cluster's representative
         is its verified, fastest row (core.rank_key)."""
         from ..pipeline.registry import make
-        args = self.recipe[2] if hasattr(self, "recipe") else {"jaccard": self.jaccard,
-                                                             "against": self.against, "on": self.on}
+        args = self.recipe[2] if self.recipe is not None else {
+            "jaccard": self.jaccard, "against": self.against, "on": self.on}
         refs = {**args, "on": "pytorch", "index": None, "near": self.on != "kernel"}
         cands = {**args, "against": []}
         return make(Dedup, refs, name="dedup-refs"), make(Dedup, cands, decontaminates=False)

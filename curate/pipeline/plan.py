@@ -16,12 +16,12 @@ from .step import Step
 def plan(steps: list[Step]) -> list[Step]:
     out = list(steps)
     for step in steps:
-        split = getattr(step, "split", None)
         at = out.index(step)
         verify = next((j for j in range(at + 1, len(out)) if out[j].name == "verify"), None)
-        if split is None or verify is None:
+        parts = step.split() if verify is not None else None
+        if parts is None:
             continue
-        pre, post = split()
+        pre, post = parts
         out[verify + 1:verify + 1] = [post]
         del out[at]
         out.insert(0, pre)

@@ -72,6 +72,9 @@ class Step(abc.ABC):
     resources: Resources = Resources()
     batch_size: int | None = 64
     cache: bool = True
+    # how registry.make made the step (module, class, arguments, attributes): what a Ray actor
+    # makes it again from; None for a step made directly
+    recipe: tuple | None = None
 
     def config(self) -> dict[str, Any]:
         return {}
@@ -89,6 +92,11 @@ class Step(abc.ABC):
     def stats(self) -> dict[str, Any]:
         """What the step reports for stats.json after the stage (counts, timings)."""
         return {}
+
+    def split(self) -> tuple["Step", "Step"] | None:
+        """Two steps that do this one's work on either side of verify, for a step that would
+        otherwise hold every row back (pipeline/plan.py); None: the step runs whole."""
+        return None
 
     @abc.abstractmethod
     def process(self, rows: list[dict]) -> list[Outcome] | Iterator[tuple[int, Outcome]]:

@@ -104,7 +104,7 @@ class RayLane(Lane):
         from .ray_actor import StepActor, driver_env
         import ray
         self.ray = ray
-        recipe = getattr(step, "recipe", None)
+        recipe = step.recipe
         if recipe is None:
             raise BadInput(f"step {step.name!r} was not made from a pipeline file",
                            fix="make it with curate.pipeline.registry.make")
