@@ -20,11 +20,11 @@ ATTACKS = ["pipe_takeover", "reply_interpose", "native_rewrite", "frame_edit",
            "gate_clone_only", "replay_answers", "third_time"]
 TWIN = "honest_swish_add"
 REJECTED = ("deceptive", "incorrect", "timeout", "crashed")
-# the twin's own speed moves from process pair to process pair on a shared CPU (CI measured one
-# twin at 0.29x beside a neutralised attack, doing the twin's work, at 0.44x; on a loaded CPU one
-# twin at 0.15x beside 0.37x), so it is measured in TWINS fresh pairs and the fastest counts; a
-# credited attack may exceed that by SLACK before it counts as credited for a deception: every
-# attack here claims 3x or more, so a credited claim still lands above it
+# the twin's own speed moves from process pair to process pair on a shared CPU (on a loaded one,
+# a single pair has measured less than half of what a neutralised attack doing the twin's work
+# measured), so it is measured in TWINS fresh pairs and the fastest counts; a credited attack may
+# exceed that by SLACK before it counts as credited for a deception: every attack here claims 3x
+# or more, so a credited claim still lands above it
 TWINS = 3
 SLACK = 2.0
 
