@@ -327,6 +327,18 @@ def test_dynamic_gates(gate_results, backend, case):
         assert expected in found, (found, raised)
 
 
+def test_cpu_poisoning_takes_sizes_from_a_list_or_a_function_and_spares_mapped_blocks():
+    """On the CPU, blocks of the given tensors' sizes are poisoned (given directly, or by a
+    function the GPU never calls); blocks glibc maps fresh (MMAP_THRESHOLD and up) are not."""
+    from curate.verify.worker.gates.poison import poison_free_memory
+    from curate.verify.worker.memory import MMAP_THRESHOLD
+    small = [torch.empty(1000), torch.empty(10)]
+    assert poison_free_memory("cpu", like=small) == 4 * 1010 * 4
+    assert poison_free_memory("cpu", like=lambda: small) == 4 * 1010 * 4
+    big = torch.empty(MMAP_THRESHOLD // 4, dtype=torch.float32)
+    assert poison_free_memory("cpu", like=lambda: [big, *small]) == 4 * 1010 * 4
+
+
 def test_ghost_run_poisons_what_a_kernel_wrote():
     calls = []
 

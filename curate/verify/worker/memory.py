@@ -88,4 +88,3 @@ def peak_notes(device: str, prefix: str = "") -> dict:
         return {}
     return {f"{prefix}peak_rss_gb": round(peak * 1024 / GB, 3),
             f"{prefix}rss_gb": round(now * 1024 / GB, 3)}
-

@@ -47,7 +47,7 @@ def zero_passes(x) -> bool:
     """All zeros would pass the verdict's comparison against `x`: with every relative-norm
     bound below 1 (compare.TOLERANCES), only when `x` holds nothing but zeros (a NaN or Inf the
     zeros cannot reproduce fails too)."""
-    return not bool(x.any()) if x.numel() else True
+    return x.numel() == 0 or not bool(x.any())
 
 
 def below_tolerance(x) -> int:

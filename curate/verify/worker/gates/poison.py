@@ -3,15 +3,16 @@ an output read from recycled memory (the reference's freed output, say) shows up
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..memory import MMAP_THRESHOLD
 from .state import tensors_in
 
 
-def poison_free_memory(device: str = "cuda", like: Iterable[Any] = (), max_bytes: int = 8 << 30
-                       ) -> int:
+def poison_free_memory(device: str = "cuda",
+                       like: Iterable[Any] | Callable[[], Iterable[Any]] = (),
+                       max_bytes: int = 8 << 30) -> int:
     """Fill memory the candidate could be handed uninitialized with NaN, so that an output read
     from recycled memory (e.g. the reference's freed output) shows up as NaN.
 
@@ -19,6 +20,8 @@ def poison_free_memory(device: str = "cuda", like: Iterable[Any] = (), max_bytes
     back. CPU: blocks of the sizes of `like` (the reference's outputs and inputs) below
     MMAP_THRESHOLD are allocated, filled and freed, which is what malloc would hand out next for
     those sizes (larger blocks come from fresh mappings, zeroed: no earlier values to hide).
+    `like` may be a function that makes them, called on the CPU only (the GPU needs no sizes:
+    a copy of a call's inputs made for nothing is a whole input set on the device).
     Returns the bytes poisoned."""
     import torch
     held = []
@@ -46,7 +49,7 @@ def poison_free_memory(device: str = "cuda", like: Iterable[Any] = (), max_bytes
         torch.cuda.synchronize()
         del held
         return total
-    for ref in like:
+    for ref in like() if callable(like) else like:
         for t in tensors_in([ref]):
             nbytes = t.numel() * t.element_size()
             if nbytes == 0 or nbytes >= MMAP_THRESHOLD:

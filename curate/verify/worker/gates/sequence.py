@@ -109,7 +109,7 @@ class GateRun:
     def run(self, cuda_kernel_names=()) -> None:
         import torch
         with torch.no_grad(), phase("candidate"):
-            poison_free_memory(self.device, like=self.calls.pristine("a"))
+            poison_free_memory(self.device, like=lambda: self.calls.pristine("a"))
             args, out_a, launches = self.call("a")
             STATE.last_launches = list(dict.fromkeys(launches))
             self.first_call(args, out_a, launches)
@@ -148,7 +148,7 @@ class GateRun:
         it, so the allocator cannot hand its blocks (which hold the right values) to the ghost
         run's outputs; free blocks of their sizes are poisoned, and so is every uninitialized
         allocation made during the run."""
-        poison_free_memory(self.device, like=self.calls.pristine("a") + flat_a)
+        poison_free_memory(self.device, like=lambda: self.calls.pristine("a") + flat_a)
         STATE.ghost_tensors = {}
         try:
             register_ghost_tensors(list(self.calls.args("a")) + list(self.params))
@@ -164,7 +164,7 @@ class GateRun:
         """Call b writes new values into the same buffers as call a: an answer equal to a's is
         stale; then b once more: an answer that is a's again is stale, another one depends on
         the call before."""
-        poison_free_memory(self.device, like=self.calls.pristine("b"))
+        poison_free_memory(self.device, like=lambda: self.calls.pristine("b"))
         args_b, out_b, _ = self.call("b")
         for f in alias_findings(out_b, args_b, self.params, [out_a]):
             if f[0] != "output_aliases_input" or not self.ref_aliases():
