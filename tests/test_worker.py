@@ -295,6 +295,34 @@ def test_digest_is_exact_deterministic_and_moves_with_any_byte():
     assert digest([items[0].view(torch.int32)] + items[1:]) != d  # the dtype counts
 
 
+def test_digest_reads_words_of_every_width_across_chunks(monkeypatch):
+    """Sizes that make 8-, 4- and 1-byte words, over several chunks and a tail (rows and chunks
+    made small): a byte changed or two words swapped anywhere moves the digest; a view that
+    starts between words digests as its own copy does (the judge receives a copy)."""
+    from curate.verify.worker import digest as dg
+    monkeypatch.setattr(dg, "ROW", 8)
+    monkeypatch.setattr(dg, "CHUNK", 8 * 4)
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(1001, generator=g)
+    for t in (base[1:201], base[1:200], base.view(torch.uint8)[3:402]):
+        assert t.storage_offset() > 0
+        word = {0: 8, 4: 4}.get(t.numel() * t.element_size() % 8, 1)
+        assert dg._words(t).element_size() == word
+        d = digest([t])
+        assert d == digest([t.clone()])
+        raw = t.clone().view(torch.uint8)
+        for byte in (0, raw.numel() // 2, raw.numel() - 1):
+            changed = raw.clone()
+            changed[byte] ^= 1
+            assert digest([changed.view(t.dtype)]) != d, (word, byte)
+        for i, j in ((0, 1), (0, 8), (3, t.numel() - 2), (9, 41)):
+            swapped = t.clone()
+            if swapped[i] == swapped[j]:
+                continue
+            swapped[i], swapped[j] = t[j], t[i]
+            assert digest([swapped]) != d, (word, i, j)
+
+
 def test_digest_is_the_same_in_a_fresh_process():
     """No per-process hash seed: the candidate's worker and the judge agree."""
     code = ("import torch\nfrom curate.verify.worker.digest import digest\n"

@@ -4,9 +4,12 @@ received (Compare), so an output fetched is the one committed to.
 
 Exact integer arithmetic on the tensor's own device, so the same bytes give the same value on
 the CPU and the GPU and in whatever order a reduction adds them: each tensor's bytes viewed as
-int32 words (uint8 when its size is not a multiple of 4), read as rows, reduced in int64 along
-rows and along columns, and summed weighted by row and by column (so that moving values between
-positions changes it too; int64 wraps modulo 2**64, which every order of addition agrees on).
+int64 words (int32 or uint8 when its size is not a multiple of 8 or 4), read as rows, reduced in
+int64 along rows and along columns, and summed weighted by row and by column (so that moving
+values between positions changes it too; int64 wraps modulo 2**64, which every order of addition
+agrees on). Every timed call pays for one, in the reference's worker as in the candidate's: the
+parent's clock can only resolve a kernel that is not small beside it. Words of 8 bytes are summed
+as they are; narrower words are widened first, which costs the CPU about 30 times as much.
 The sums are mixed with the item's index, dtype and shape by BLAKE2b; a non-tensor item by its
 repr.
 """
@@ -23,11 +26,18 @@ _MASK = (1 << 64) - 1
 
 
 def _words(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes as the widest words that divide its size (the size alone decides, so
+    the judge's copy of an output reads as the candidate's original did)."""
     flat = t.detach().contiguous().reshape(-1)
     if flat.dtype == torch.bool:
         flat = flat.view(torch.uint8)
     raw = flat.view(torch.uint8)
-    return raw.view(torch.int32) if raw.numel() % 4 == 0 else raw
+    for width, dtype in ((8, torch.int64), (4, torch.int32)):
+        if raw.numel() % width == 0:
+            if raw.storage_offset() % width:
+                raw = raw.clone()       # a view that starts between words: aligned copy
+            return raw.view(dtype)
+    return raw
 
 
 def _sums(t: torch.Tensor) -> tuple[int, int, int]:
@@ -42,7 +52,7 @@ def _sums(t: torch.Tensor) -> tuple[int, int, int]:
     cols = torch.zeros(ROW, dtype=torch.int64, device=dev)
     for start in range(0, full, CHUNK):
         block = words[start:min(start + CHUNK, full)].view(-1, ROW)
-        rows = block.sum(dim=1, dtype=torch.int64)
+        rows = block.sum(dim=1, dtype=torch.int64)   # int64 words: summed in place, no widening
         first = start // ROW + 1
         weights = torch.arange(first, first + rows.numel(), dtype=torch.int64, device=dev)
         acc += torch.stack([rows.sum(), (rows * weights).sum()])
