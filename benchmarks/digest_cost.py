@@ -66,7 +66,6 @@ def main(argv=None) -> int:
         rows.append(row)
         print(f"{mib:>6} {row['digest_words8_ms']:>10.2f} {row['digest_words4_ms']:>10.2f} "
               f"{row['sum_ms']:>8.2f} {row['clone_ms']:>9.2f}")
-        del even, odd
     doc = {"hardware": hardware(args.device), "device": args.device,
            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}
     if args.out:
