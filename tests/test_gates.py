@@ -352,6 +352,53 @@ def test_ghost_run_poisons_what_a_kernel_wrote():
     assert calls and torch.isnan(out).all() and not torch.isnan(x).any()
 
 
+def test_ghost_run_sees_writes_by_digest_and_copies_no_argument():
+    """A write that leaves the bytes as they were is no write; a write of -0.0 over 0.0 is one
+    (the bytes changed). The launch's arguments are not copied: a copy of each would hold a
+    second input set and output on the device during the ghost run."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from curate.verify.worker import digest
+    N = 3 * 2 * digest.ROW    # three whole rows of the digest's 8-byte words: no tail to copy
+
+    class Clones(TorchDispatchMode):
+        seen = 0
+
+        def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+            if func.overloadpacket.__name__ in ("clone", "copy_") and args[0].numel() >= N:
+                Clones.seen += 1
+            return func(*args, **(kwargs or {}))
+
+    def kernel(x, same_bytes, signed_zero, untouched):
+        same_bytes.copy_(same_bytes.clone())
+        signed_zero.neg_()
+        return None
+
+    x = torch.randn(N)
+    same_bytes, signed_zero, untouched = torch.randn(N), torch.zeros(N), torch.randn(N)
+    keep = (x.clone(), same_bytes.clone(), untouched.clone())
+    with Clones():
+        ghost.ghost_call(kernel, (x, same_bytes, signed_zero, untouched), {})
+    assert Clones.seen == 2          # the kernel's own clone and copy_, none of the ghost's
+    assert torch.equal(x, keep[0]) and torch.equal(same_bytes, keep[1])
+    assert torch.equal(untouched, keep[2]) and torch.isnan(signed_zero).all()
+
+
+def test_gates_keep_the_compared_calls_copy_of_call_a_when_it_is_the_same():
+    from curate.verify.worker.gates.candidate import GateCalls
+    from curate.verify.worker.gates.sequence import GateRun
+    x = torch.randn(64)
+    out = torch.randn(8)
+    calls = GateCalls.of_lists([x], None)
+    run = GateRun(lambda t: t, calls, "cpu", expected_a=[out.clone()])
+    kept = run.kept_a(out)
+    assert kept[0] is run.expected_a[0]                  # no second copy
+    other = out + 1
+    kept = run.kept_a(other)
+    assert kept[0] is not other and torch.equal(kept[0], other)   # a copy of its own
+    assert GateRun(lambda t: t, calls, "cpu").kept_a(out)[0] is not out
+
+
 def test_alias_findings():
     x = torch.randn(4, 4)
     assert ("output_aliases_input", "fail") in candidate.alias_findings(x[0], [x])

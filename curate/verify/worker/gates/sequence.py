@@ -113,7 +113,7 @@ class GateRun:
             args, out_a, launches = self.call("a")
             STATE.last_launches = list(dict.fromkeys(launches))
             self.first_call(args, out_a, launches)
-            flat_a = [t.detach().clone() for t in flat(out_a)]
+            flat_a = self.kept_a(out_a)
             self.profile(cuda_kernel_names)
             if launches:
                 self.ghost(flat_a)
@@ -121,6 +121,16 @@ class GateRun:
                 self.stale(out_a, flat_a)
             self.add(side_stream_findings(self.model, lambda: self.calls.args("a"),
                                           self.device, seen=self.compared))
+
+    def kept_a(self, out_a) -> list:
+        """Call a's outputs as the ghost and stale checks compare with them: the compared
+        call's copy where it is bitwise the same (the worker holds it anyway: no second copy of
+        every output), else a copy of their own."""
+        got, exp = flat(out_a), self.expected_a
+        if exp is not None and len(exp) == len(got) and all(
+                same(e, g) for e, g in zip(exp, got)):
+            return list(exp)
+        return [t.detach().clone() for t in got]
 
     def first_call(self, args, out_a, launches) -> None:
         if not launches:
