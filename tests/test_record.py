@@ -185,6 +185,11 @@ def test_speed_agrees_within_the_intervals_noise():
     then = {"speedup": 2.0, "speedup_ci_low": 1.9, "speedup_ci_high": 2.1, "device": cpu}
     assert speed_agrees(then, {"speedup": 2.3, "device": cpu}, "cpu")[0]
     assert not speed_agrees(then, {"speedup": 3.0, "device": cpu}, "cpu")[0]
+    # a replay's own interval counts: two measurements agree when their intervals meet
+    assert speed_agrees(then, {"speedup": 3.0, "speedup_ci_low": 2.2, "speedup_ci_high": 3.2,
+                               "device": cpu}, "cpu")[0]
+    assert not speed_agrees(then, {"speedup": 3.0, "speedup_ci_low": 2.9,
+                                   "speedup_ci_high": 3.2, "device": cpu}, "cpu")[0]
     other = {"speedup": 9.0, "device": {"kind": "cuda", "gpu": "H200"}}
     assert speed_agrees(then, other, "cuda")[0]   # another device: status only
 

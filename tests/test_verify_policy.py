@@ -13,7 +13,7 @@ from curate.verify.budget import Budget, RowClock
 from curate.verify.findings import Finding, finding, gate_status
 from curate.verify.result import VerifyResult
 from curate.verify.scheduler import Device, DeviceGate, MemoryGate, Scheduler
-from curate.verify.timing import Round, credit, plan
+from curate.verify.timing import Round, credit, plan, speed
 from curate.verify.verdict import apply_findings, task_failure
 
 
@@ -88,6 +88,32 @@ def test_a_worker_that_answers_without_the_harness_gains_nothing_by_skipping_it(
     got = credit(rounds, "cpu")
     assert min(got.cand_ms) == pytest.approx(0.01)   # nothing below what it reported
     assert got.check["wall_ms"] == pytest.approx(0.0, abs=1e-9)
+
+
+def _varied_rounds(cand_true_ms, cand_reported_ms, n=8, overhead_s=0.001):
+    rounds = _rounds(cand_true_ms, cand_reported_ms, n, overhead_s)
+    for j, r in enumerate(rounds):   # calls that move a little, as real ones do
+        r.ref_ms = [2.0 * (1 + 0.01 * ((j + i) % 5)) for i in range(n)]
+        r.cand_ms = [cand_reported_ms * (1 + 0.01 * ((2 * j + i) % 7)) for i in range(n)]
+    return rounds
+
+
+def test_a_credited_rows_interval_spans_the_clock_and_the_report_but_keeps_on_the_clock():
+    rounds = _varied_rounds(cand_true_ms=1.0, cand_reported_ms=0.8)
+    got = credit(rounds, "cuda")
+    assert got.factor > 1.2
+    sp = speed(rounds, got, seed=3)
+    assert sp["speedup"] == pytest.approx(2.0 / 1.0, rel=0.05)        # what the clock says
+    assert sp["speedup_ci_low"] < 2.1                                  # keeps on the clock
+    assert sp["speedup_ci_high"] >= 2.0 / 0.8 * 0.99                   # what it reported
+
+
+def test_an_uncredited_rows_interval_is_the_bootstrap_alone():
+    rounds = _varied_rounds(cand_true_ms=1.0, cand_reported_ms=1.0)
+    got = credit(rounds, "cuda")
+    assert got.factor == 1.0
+    sp = speed(rounds, got, seed=3)
+    assert 1.8 < sp["speedup_ci_low"] <= sp["speedup"] <= sp["speedup_ci_high"] < 2.25
 
 
 # -- verdict rules ---------------------------------------------------------------------------

@@ -84,8 +84,8 @@ def replay(source, ids, device, sandbox):
     TABLE_OR_DIR is a table verify wrote, a build directory (its data/ shards, stages and
     rejected rows) or a downloaded dataset folder (data/train-*.parquet). Each ROW_ID is an id
     or a unique prefix of one. They agree when the status is the same and, on the same kind of
-    device, the speedup lies within the recorded interval's noise. Exit 0 when every row
-    agrees, 1 when one does not, 2 for bad input.
+    device, the speedup's interval now meets the recorded one widened by the device's noise.
+    Exit 0 when every row agrees, 1 when one does not, 2 for bad input.
 
     \b
     Example:

@@ -165,7 +165,12 @@ def speed_agrees(then: dict, now: dict, device: str) -> tuple[bool, str]:
     noise = NOISE.get(device, NOISE["cuda"])
     low = (then.get("speedup_ci_low") or then["speedup"]) * (1 - noise)
     high = (then.get("speedup_ci_high") or then["speedup"]) * (1 + noise)
-    if low <= now["speedup"] <= high:
+    # two measurements agree when their intervals meet: now's interval carries its own noise
+    # (a credit by the parent's clock moves between process pairs), not only then's
+    now_low = now.get("speedup_ci_low") or now["speedup"]
+    now_high = now.get("speedup_ci_high") or now["speedup"]
+    if now_low <= high and now_high >= low:
         return True, f"same status; speedup within the interval's noise (+-{noise:.0%})"
-    return False, (f"same status; speedup {now['speedup']:.3g} outside "
-                   f"[{low:.3g}, {high:.3g}] (the interval then, +-{noise:.0%})")
+    return False, (f"same status; speedup {now['speedup']:.3g} [{now_low:.3g}, "
+                   f"{now_high:.3g}] outside [{low:.3g}, {high:.3g}] (the interval then, "
+                   f"+-{noise:.0%})")

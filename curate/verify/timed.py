@@ -16,7 +16,7 @@ from . import messages as msg
 from .budget import BATCH_HOLD_S
 from .correctness import IDLE_CPU, SETTLE_S, judge_call, scale
 from .findings import Finding
-from .timing import FETCHES, Round, credit, plan as make_plan, speedup_ci, typical_ms
+from .timing import FETCHES, Round, credit, plan as make_plan, speed, typical_ms
 
 
 def timed_rounds(row, device, cand, judge, cand_ms: list, ref_ms: list, out_bytes: int) -> None:
@@ -85,20 +85,11 @@ def _decide(row, cand, rounds: list[Round], idle: dict, plan) -> None:
     res.timed_trials = len(got.ref_ms)
     res.notes["samples_ms"] = {"ref": list(got.ref_ms), "kernel": list(got.cand_ms)}
     cand.take(got.findings)
-    sp = speedup_ci(got.ref_ms, got.cand_ms, seed=row.rng.randrange(2**31),
-                    rounds=[(r.ref_ms, c) for r, c in _per_round(rounds, got.cand_ms)])
+    sp = speed(rounds, got, seed=row.rng.randrange(2**31))
     for k, v in sp.items():
         setattr(res, k, v)
     res.notes["timing"] = {"rounds": plan.rounds - 1, "per_batch": plan.per_batch,
                            "fetched": min(FETCHES, plan.rounds - 1), "clock": "parent"}
-
-
-def _per_round(rounds: list[Round], credited: list) -> list[tuple[Round, list]]:
-    out, i = [], 0
-    for r in rounds:
-        out.append((r, credited[i:i + len(r.cand_ms)]))
-        i += len(r.cand_ms)
-    return out
 
 
 def _quiet(row, pids: set):

@@ -10,9 +10,14 @@ lower the figure, never raise it.
 - The judge's batches give the harness's fixed cost per call (batch wall time minus its own
   event times) and how much that cost moves (`spread`).
 - A candidate's implied per-call time is its batch wall time (at least the harness's own cost
-  of its calls), over the calls, minus the judge's fixed cost (which includes the digests). Where its median exceeds the reported median beyond noise, every
-  reported sample is scaled up to it (credited); far beyond (`TIMING_SLACK`) the row fails
-  `timing_disagrees`.
+  of its calls), over the calls, minus the judge's fixed cost (which includes the digests).
+  Where its median exceeds the reported median beyond noise, every reported sample is scaled
+  up to it (credited); far beyond (`TIMING_SLACK`) the row fails `timing_disagrees`.
+- The speedup and the interval's low end (what keeps a row) come from the credited samples. A
+  credit carries the noise of two processes' harness costs, which the judge's spread cannot
+  see (on the CPU they differ by a tenth or more between process pairs), so the interval's
+  high end reaches as far as the samples as reported: the interval spans what the clock
+  credits and what the candidate's own events say.
 """
 
 from __future__ import annotations
@@ -86,6 +91,7 @@ class Credit:
     cand_ms: list = field(default_factory=list)     # candidate samples as credited
     findings: list = field(default_factory=list)
     check: dict = field(default_factory=dict)       # the figures behind it (row notes)
+    factor: float = 1.0                             # credited over reported (never below 1)
 
 
 def credit(rounds: list[Round], device: str) -> Credit:
@@ -113,6 +119,7 @@ def credit(rounds: list[Round], device: str) -> Credit:
     allow = min(4e3 * spread, NOISE_SHARE * rep)
     factor = max(1.0, (imp - allow) / rep) if rep > 0 else 1.0
     out.cand_ms = [ms * factor for r in rounds for ms in r.cand_ms]
+    out.factor = factor
     out.check = {"reported_ms": round(rep, 5), "wall_ms": round(imp, 5),
                  "overhead_ms": round(1e3 * overhead, 5),
                  "overhead_spread_ms": round(1e3 * spread, 5),
@@ -153,3 +160,20 @@ def speedup_ci(ref_ms: list[float], cand_ms: list[float], *, n_boot: int = 2000,
         lo, hi = min(lo, plo), max(hi, phi)
     return {"ref_ms": ref_med, "kernel_ms": cand_med, "speedup": ref_med / cand_med,
             "speedup_ci_low": float(lo), "speedup_ci_high": float(hi)}
+
+
+def speed(rounds: list[Round], got: Credit, seed: int) -> dict:
+    """The row's speed figures from its rounds and their credit: median and low end from the
+    credited samples; where the clock credited more than was reported, the high end spans the
+    samples as reported too (the credit's own uncertainty)."""
+    credited, i = [], 0
+    for r in rounds:
+        credited.append((r.ref_ms, got.cand_ms[i:i + len(r.cand_ms)]))
+        i += len(r.cand_ms)
+    sp = speedup_ci(got.ref_ms, got.cand_ms, seed=seed, rounds=credited)
+    if got.factor > 1.0 and sp["speedup"] is not None:
+        reported = speedup_ci(got.ref_ms, [ms for r in rounds for ms in r.cand_ms], seed=seed,
+                              rounds=[(r.ref_ms, r.cand_ms) for r in rounds])
+        if reported["speedup_ci_high"] is not None:
+            sp["speedup_ci_high"] = max(sp["speedup_ci_high"], reported["speedup_ci_high"])
+    return sp
