@@ -81,6 +81,9 @@ BENCHES = [
     Bench("build", ["-m", "curate", "build", "--threshold", "2.0", "--device", "cuda",
                     "--out", "{dir}/build", "--quiet"], 600,
           extra={"copy": "build/stats.json"}, headline="stats.kept,stats.seconds"),
+    # every verified row of that build replayed from its record: do then and now agree?
+    Bench("replay_agreement", ["benchmarks/replay_agreement.py", "--device", "cuda", "--build",
+                               "{dir}/build", "--out", "{out}"], 300, headline="summary"),
     Bench("llm_replay_build", ["benchmarks/llm_replay.py", "build", "--build-dir",
                                "{dir}/llm-replay", "--deadline", "{deadline}", "--out", "{out}"],
           600, headline="kept,verify_statuses"),
