@@ -8,7 +8,9 @@ the bytes the judge may fetch), so the digest is part of the harness's fixed cos
 kernel. For float32 outputs of several sizes the table gives the digest's milliseconds when the
 output's bytes divide into 8-byte words (summed as they are) and when they only divide into
 4-byte words (one element more: widened to int64 first, the digest's only path before
-2026-12-03), beside one `sum()` and one `clone()` of the output.
+2026-12-03), beside one `sum()` and one `clone()` of the output. Outputs of at most
+`digest.SMALL` words take one weighted sum (since 2026-12-04); `rowcol ms` is the same output
+through the rows-and-columns path that larger ones take (the only path before).
 """
 
 from __future__ import annotations
@@ -50,22 +52,30 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import torch
 
+    from curate.verify.worker import digest as dg
     from curate.verify.worker.digest import _words, digest
     rows = []
-    print(f"{'MiB':>6} {'words8 ms':>10} {'words4 ms':>10} {'sum ms':>8} {'clone ms':>9}")
-    for mib in (int(m) for m in args.mib.split(",")):
-        n = mib * 2**20 // 4
+    print(f"{'MiB':>8} {'words8 ms':>10} {'rowcol ms':>10} {'words4 ms':>10} {'sum ms':>8} "
+          f"{'clone ms':>9}")
+    for mib in (float(m) for m in args.mib.split(",")):
+        n = int(mib * 2**20) // 4
+        repeat = args.repeat if mib >= 1 else max(args.repeat, 200)   # microseconds: more
         even = torch.randn(n, device=args.device)
         odd = torch.randn(n + 1, device=args.device)   # 4 bytes more: 4-byte words
         assert _words(even).element_size() == 8 and _words(odd).element_size() == 4
         row = {"mib": mib,
-               "digest_words8_ms": ms(lambda: digest([even]), args.device, args.repeat),
-               "digest_words4_ms": ms(lambda: digest([odd]), args.device, args.repeat),
-               "sum_ms": ms(lambda: even.sum().item(), args.device, args.repeat),
-               "clone_ms": ms(lambda: even.clone(), args.device, args.repeat)}
+               "digest_words8_ms": ms(lambda: digest([even]), args.device, repeat),
+               "digest_words4_ms": ms(lambda: digest([odd]), args.device, repeat),
+               "sum_ms": ms(lambda: even.sum().item(), args.device, repeat),
+               "clone_ms": ms(lambda: even.clone(), args.device, repeat)}
+        small, dg.SMALL = dg.SMALL, 0
+        try:
+            row["digest_rowcol_ms"] = ms(lambda: digest([even]), args.device, repeat)
+        finally:
+            dg.SMALL = small
         rows.append(row)
-        print(f"{mib:>6} {row['digest_words8_ms']:>10.2f} {row['digest_words4_ms']:>10.2f} "
-              f"{row['sum_ms']:>8.2f} {row['clone_ms']:>9.2f}")
+        print(f"{mib:>8g} {row['digest_words8_ms']:>10.4f} {row['digest_rowcol_ms']:>10.4f} "
+              f"{row['digest_words4_ms']:>10.4f} {row['sum_ms']:>8.4f} {row['clone_ms']:>9.4f}")
     doc = {"hardware": hardware(args.device), "device": args.device,
            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}
     if args.out:

@@ -302,9 +302,10 @@ def test_digest_reads_words_of_every_width_across_chunks(monkeypatch):
     from curate.verify.worker import digest as dg
     monkeypatch.setattr(dg, "ROW", 8)
     monkeypatch.setattr(dg, "CHUNK", 8 * 4)
+    monkeypatch.setattr(dg, "SMALL", 16)      # these sizes take the rows-and-columns path
     g = torch.Generator().manual_seed(3)
     base = torch.randn(1001, generator=g)
-    for t in (base[1:201], base[1:200], base.view(torch.uint8)[3:402]):
+    for t in (base[1:201], base[1:200], base.view(torch.uint8)[3:402], base[3:15]):
         assert t.storage_offset() > 0
         word = {0: 8, 4: 4}.get(t.numel() * t.element_size() % 8, 1)
         assert dg._words(t).element_size() == word
@@ -317,10 +318,23 @@ def test_digest_reads_words_of_every_width_across_chunks(monkeypatch):
             assert digest([changed.view(t.dtype)]) != d, (word, byte)
         for i, j in ((0, 1), (0, 8), (3, t.numel() - 2), (9, 41)):
             swapped = t.clone()
-            if swapped[i] == swapped[j]:
+            if j >= t.numel() or swapped[i] == swapped[j]:
                 continue
             swapped[i], swapped[j] = t[j], t[i]
             assert digest([swapped]) != d, (word, i, j)
+
+
+def test_a_small_outputs_one_product_digests_as_its_rows_and_columns_do(monkeypatch):
+    """Outputs of at most SMALL words take one weighted sum: the same digest as the rows and
+    columns give (SMALL made 0 forces that path), at sizes of whole rows and with a tail."""
+    from curate.verify.worker import digest as dg
+    g = torch.Generator().manual_seed(5)
+    outs = [torch.randn(n, generator=g) for n in (1, 7, 2 * dg.ROW, 2 * dg.ROW + 6, 2 * dg.SMALL)]
+    outs += [torch.randint(-2**62, 2**62, (dg.SMALL,), generator=g, dtype=torch.int64),
+             torch.randint(0, 255, (3 * dg.ROW + 5,), generator=g, dtype=torch.uint8)]
+    small = [dg.digest([t]) for t in outs]
+    monkeypatch.setattr(dg, "SMALL", 0)
+    assert [dg.digest([t]) for t in outs] == small
 
 
 def test_digest_is_the_same_in_a_fresh_process():

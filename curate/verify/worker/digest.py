@@ -1,6 +1,7 @@
 """One integer per call's outputs, over every output byte: the worker commits to its outputs
-in a timed batch's own reply (Batch.digests) before the parent picks which to fetch, and the judge recomputes it over what it
-received (Compare), so an output fetched is the one committed to.
+in a timed batch's own reply (Batch.digests) before the parent picks which to fetch, and the
+judge recomputes it over what it received (Compare), so an output fetched is the one committed
+to.
 
 Exact integer arithmetic on the tensor's own device, so the same bytes give the same value on
 the CPU and the GPU and in whatever order a reduction adds them: each tensor's bytes viewed as
@@ -10,6 +11,8 @@ values between positions changes it too; int64 wraps modulo 2**64, which every o
 agrees on). Every timed call pays for one, in the reference's worker as in the candidate's: the
 parent's clock can only resolve a kernel that is not small beside it. Words of 8 bytes are summed
 as they are; narrower words are widened first, which costs the CPU about 30 times as much.
+A small output's fixed cost (a handful of tensor operations) is most of its digest: the position
+weights are kept per device, and outputs of at most SMALL words take one weighted sum.
 The sums are mixed with the item's index, dtype and shape by BLAKE2b; a non-tensor item by its
 repr.
 """
@@ -40,6 +43,34 @@ def _words(t: torch.Tensor) -> torch.Tensor:
     return raw
 
 
+SMALL = ROW << 1    # outputs of at most this many words (64 KiB): one weighted sum
+_RAMPS: dict[str, torch.Tensor] = {}    # per device: 1, 2, 3, ...
+_WEIGHTS: dict[tuple, torch.Tensor] = {}  # per device: (1, row + 1, column + 1) per position
+
+
+def _ramp(n: int, dev: torch.device) -> torch.Tensor:
+    """1..n on `dev`, cut from one tensor kept per device: a digest's fixed cost is a handful
+    of tensor operations, which for a small output is most of what a timed call pays."""
+    key = str(dev)
+    have = _RAMPS.get(key)
+    if have is None or have.numel() < n:
+        have = torch.arange(1, max(n, ROW) + 1, dtype=torch.int64, device=dev)
+        _RAMPS[key] = have
+    return have[:n]
+
+
+def _small_sums(words: torch.Tensor) -> list[int]:
+    """The same three sums for a small output, as one product with the positions' weights (a
+    temporary of three times its words; the same values modulo 2**64 in any grouping)."""
+    key = (str(words.device), ROW, SMALL)
+    w = _WEIGHTS.get(key)
+    if w is None:
+        pos = torch.arange(SMALL, dtype=torch.int64, device=words.device)
+        w = torch.stack([torch.ones_like(pos), pos // ROW + 1, pos % ROW + 1])
+        _WEIGHTS[key] = w
+    return (w[:, :words.numel()] * words).sum(dim=1).tolist()
+
+
 def _sums(t: torch.Tensor) -> tuple[int, int, int]:
     """The words' sum, and their row and column sums weighted by position, modulo 2**64. The
     words are read as rows of ROW: a value moved to another position changes its row's or its
@@ -47,23 +78,32 @@ def _sums(t: torch.Tensor) -> tuple[int, int, int]:
     same in any order), one read back: about two reads of the output, no temporary its size."""
     words = _words(t)
     n, dev = words.numel(), words.device
+    if n == 0:
+        return 0, 0, 0
+    if n <= SMALL:
+        plain, by_row, by_col = _small_sums(words)
+        return plain & _MASK, by_row & _MASK, by_col & _MASK
     full = n - n % ROW
-    acc = torch.zeros(2, dtype=torch.int64, device=dev)      # plain, by row
-    cols = torch.zeros(ROW, dtype=torch.int64, device=dev)
-    for start in range(0, full, CHUNK):
-        block = words[start:min(start + CHUNK, full)].view(-1, ROW)
-        rows = block.sum(dim=1, dtype=torch.int64)   # int64 words: summed in place, no widening
-        first = start // ROW + 1
-        weights = torch.arange(first, first + rows.numel(), dtype=torch.int64, device=dev)
-        acc += torch.stack([rows.sum(), (rows * weights).sum()])
-        cols += block.sum(dim=0, dtype=torch.int64)
-    if full < n:
+    plain = by_row = by_col = None
+    if full:
+        cols = None
+        for start in range(0, full, CHUNK):
+            block = words[start:min(start + CHUNK, full)].view(-1, ROW)
+            rows = block.sum(dim=1, dtype=torch.int64)   # int64 words: summed in place
+            first = start // ROW
+            p, r = rows.sum(), (rows * _ramp(first + rows.numel(), dev)[first:]).sum()
+            c = block.sum(dim=0, dtype=torch.int64)
+            plain, by_row = (p, r) if plain is None else (plain + p, by_row + r)
+            cols = c if cols is None else cols + c
+        by_col = (cols * _ramp(ROW, dev)).sum()
+    if full < n:   # the last, partial row
         tail = words[full:].to(torch.int64)
-        acc += torch.stack([tail.sum(), tail.sum() * (full // ROW + 1)])
-        cols[: tail.numel()] += tail
-    by_col = (cols * torch.arange(1, ROW + 1, dtype=torch.int64, device=dev)).sum()
-    plain, by_row, col = torch.cat([acc, by_col.reshape(1)]).tolist()
-    return plain & _MASK, by_row & _MASK, col & _MASK
+        p = tail.sum()
+        r, c = p * (full // ROW + 1), (tail * _ramp(tail.numel(), dev)).sum()
+        plain, by_row, by_col = (p, r, c) if plain is None else \
+            (plain + p, by_row + r, by_col + c)
+    got = torch.stack([plain, by_row, by_col]).tolist()
+    return got[0] & _MASK, got[1] & _MASK, got[2] & _MASK
 
 
 def _item_text(index: int, x) -> str:
