@@ -47,10 +47,10 @@ def point_rule(then: dict, now: dict, noise: float) -> bool | None:
     return low <= now["speedup"] <= high
 
 
-def credited(row: dict) -> float | None:
+def clock_check(row: dict) -> dict:
+    """What the parent's clock saw of the row (credited factor, the judge's cost per call)."""
     from curate.verify.record import read
-    check = ((read(row.get("verification")) or {}).get("timing") or {}).get("check") or {}
-    return check.get("credited_factor")
+    return ((read(row.get("verification")) or {}).get("timing") or {}).get("check") or {}
 
 
 def main(argv=None) -> int:
@@ -79,7 +79,9 @@ def main(argv=None) -> int:
             for row, r in zip(rows, got):
                 item = {"id": r.id, "then": {k: v for k, v in r.then.items() if k != "device"},
                         "now": {k: v for k, v in r.now.items() if k != "device"},
-                        "then_credited_factor": credited(row), "agree": r.agree, "why": r.why,
+                        "then_credited_factor": clock_check(row).get("credited_factor"),
+                        "then_overhead_ms": clock_check(row).get("overhead_ms"),
+                        "agree": r.agree, "why": r.why,
                         "point_rule": point_rule(r.then, r.now, noise)}
                 out.append(item)
                 f = (lambda d: f"{d.get('speedup') or 0:6.3f} [{d.get('speedup_ci_low') or 0:.3f},"
@@ -87,7 +89,11 @@ def main(argv=None) -> int:
                 print(f"{r.id[:10]:10s} {f(r.then):>22s} {f(r.now):>22s} "
                       f"{item['then_credited_factor'] or 0:6.3f} {str(r.agree):5s} "
                       f"{item['point_rule']}", flush=True)
+            factors = [o["then_credited_factor"] or 1.0 for o in out]
+            costs = sorted(o["then_overhead_ms"] for o in out if o["then_overhead_ms"])
             summary = {"rows": len(out), "agree": sum(o["agree"] for o in out),
+                       "credited_then": sum(f > 1.0 for f in factors),
+                       "judge_cost_ms_median": costs[len(costs) // 2] if costs else None,
                        "agree_point_rule": sum(bool(o["point_rule"]) for o in out),
                        "status_differs": sum(o["then"]["status"] != o["now"]["status"]
                                              for o in out),
