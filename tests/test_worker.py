@@ -337,6 +337,26 @@ def test_a_small_outputs_one_product_digests_as_its_rows_and_columns_do(monkeypa
     assert [dg.digest([t]) for t in outs] == small
 
 
+def test_call_inputs_are_written_scaled_into_the_same_buffers_and_pristine_is_a_copy():
+    """Every call writes its set, scaled, into the buffers every call uses (the base set itself
+    untouched); `pristine` is a separate copy with the same values."""
+    from curate.verify.worker.calls import CallRunner
+    g = torch.Generator().manual_seed(2)
+    sets = [[torch.randn(4, 3, generator=g), torch.arange(3), 2.0],
+            [torch.randn(3, 4, generator=g).t(), torch.arange(3), 2.0]]   # another layout
+    base = sets[0][0].clone()
+    runner = CallRunner(lambda *a: a[0], sets, "cpu", timers=None)
+    a = runner.inputs(0, 1.25)
+    ptr = a[0].data_ptr()
+    assert torch.equal(a[0], base * 1.25) and torch.equal(a[1], sets[0][1]) and a[2] == 2.0
+    assert runner.inputs(0, 1.0)[0].data_ptr() == ptr
+    assert torch.equal(runner.inputs(0, 1.0)[0], base) and torch.equal(sets[0][0], base)
+    p = runner.pristine(0, 1.25)
+    assert p[0].data_ptr() != ptr and torch.equal(p[0], base * 1.25)
+    assert torch.equal(runner.inputs(1, 1.5)[0], sets[1][0] * 1.5)
+    assert torch.equal(runner.pristine(1, 1.0)[0], sets[1][0])
+
+
 def test_digest_is_the_same_in_a_fresh_process():
     """No per-process hash seed: the candidate's worker and the judge agree."""
     code = ("import torch\nfrom curate.verify.worker.digest import digest\n"
