@@ -39,12 +39,13 @@ def verified_rows(build_dir: Path) -> list[dict]:
     return [r for r in pq.read_table(stages[-1]).to_pylist() if r["status"] == "verified"]
 
 
-def point_rule(then: dict, now: dict, noise: float) -> bool | None:
+def point_rule(then: dict, now: dict, device: str) -> bool | None:
+    """Replay's rule with the replayed median alone (no interval of its own): the stricter
+    rule replay used before the intervals had to meet."""
     if then.get("speedup") is None or now.get("speedup") is None:
         return None
-    low = (then.get("speedup_ci_low") or then["speedup"]) * (1 - noise)
-    high = (then.get("speedup_ci_high") or then["speedup"]) * (1 + noise)
-    return low <= now["speedup"] <= high
+    from curate.verify.replay import speed_agrees
+    return speed_agrees(then, {"speedup": now["speedup"], "device": now["device"]}, device)[0]
 
 
 def clock_check(row: dict) -> dict:
@@ -77,12 +78,13 @@ def main(argv=None) -> int:
             got = replay(rows, device=args.device)
             out = []
             for row, r in zip(rows, got):
+                check = clock_check(row)
                 item = {"id": r.id, "then": {k: v for k, v in r.then.items() if k != "device"},
                         "now": {k: v for k, v in r.now.items() if k != "device"},
-                        "then_credited_factor": clock_check(row).get("credited_factor"),
-                        "then_overhead_ms": clock_check(row).get("overhead_ms"),
+                        "then_credited_factor": check.get("credited_factor"),
+                        "then_overhead_ms": check.get("overhead_ms"),
                         "agree": r.agree, "why": r.why,
-                        "point_rule": point_rule(r.then, r.now, noise)}
+                        "point_rule": point_rule(r.then, r.now, args.device)}
                 out.append(item)
                 f = (lambda d: f"{d.get('speedup') or 0:6.3f} [{d.get('speedup_ci_low') or 0:.3f},"
                      f" {d.get('speedup_ci_high') or 0:.3f}]")

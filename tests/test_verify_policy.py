@@ -13,7 +13,7 @@ from curate.verify.budget import Budget, RowClock
 from curate.verify.findings import Finding, finding, gate_status
 from curate.verify.result import VerifyResult
 from curate.verify.scheduler import Device, DeviceGate, MemoryGate, Scheduler
-from curate.verify.timing import Round, credit, plan, speed
+from curate.verify.timing import Round, credit, plan, speed, speedup_ci
 from curate.verify.verdict import apply_findings, task_failure
 
 
@@ -106,6 +106,10 @@ def test_a_credited_rows_interval_spans_the_clock_and_the_report_but_keeps_on_th
     assert sp["speedup"] == pytest.approx(2.0 / 1.0, rel=0.05)        # what the clock says
     assert sp["speedup_ci_low"] < 2.1                                  # keeps on the clock
     assert sp["speedup_ci_high"] >= 2.0 / 0.8 * 0.99                   # what it reported
+    on_clock = speedup_ci(got.ref_ms, got.cand_ms, seed=3, rounds=[
+        (r.ref_ms, [ms * got.factor for ms in r.cand_ms]) for r in rounds])
+    assert (sp["speedup"], sp["speedup_ci_low"]) == (on_clock["speedup"],
+                                                      on_clock["speedup_ci_low"])
 
 
 def test_an_uncredited_rows_interval_is_the_bootstrap_alone():
@@ -114,6 +118,9 @@ def test_an_uncredited_rows_interval_is_the_bootstrap_alone():
     assert got.factor == 1.0
     sp = speed(rounds, got, seed=3)
     assert 1.8 < sp["speedup_ci_low"] <= sp["speedup"] <= sp["speedup_ci_high"] < 2.25
+    # the bootstrap of the calls and of each round's own calls, nothing added
+    assert sp == speedup_ci(got.ref_ms, got.cand_ms, seed=3,
+                            rounds=[(r.ref_ms, r.cand_ms) for r in rounds])
 
 
 # -- verdict rules ---------------------------------------------------------------------------
