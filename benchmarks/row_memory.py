@@ -73,7 +73,8 @@ def measure(device: str, mib: int, keep_bytes: int, timeout: float) -> dict:
             "status": res.status, "reasons": res.reasons, "candidate_gb": cand,
             "judge_gb": judge,
             "size_gb": {"inputs": 2 * mib / 1024, "outputs": mib / 1024, "params": 0.0},
-            "seconds": round(time.monotonic() - t0, 1)}
+            "seconds": round(time.monotonic() - t0, 1),
+            "phases_s": res.notes.get("phases_s")}
 
 
 def in_sets(row: dict, base: dict | None, key: str) -> float | None:

@@ -707,14 +707,14 @@ def test_bitwise_sameness_holds_nan_positions_chunk_by_chunk(monkeypatch):
 def test_precision_readings_are_the_same_a_chunk_at_a_time(monkeypatch):
     """The judge's float64 error and half-precision share are read a chunk at a time (no
     float64 copy of a whole multi-GiB output): the same figures as over the whole tensors."""
-    from curate.verify.worker import precision
+    from curate.verify.worker import compare, precision
     a = torch.randn(300, 7)
     b = a + 1e-3 * torch.randn_like(a)
     whole = float(torch.linalg.vector_norm(a.double() - b.double()) /
                   torch.linalg.vector_norm(b.double()))
     half = torch.randn(4000).half().float()
     half[:500] = 0.0
-    monkeypatch.setattr(precision, "CHUNK", 97)
+    monkeypatch.setattr(compare, "CHUNK", 97)
     assert precision._relnorm(a, b) == pytest.approx(whole, rel=1e-9)
     assert precision._half_representable(half) == 1.0
     assert precision._half_representable(torch.randn(4000)) < 0.01

@@ -116,6 +116,14 @@ def compare(ref: list, cand: list, ref_structure: str | None = None,
 
 
 CHUNK = 1 << 22  # elements compared at a time: temporaries of tens of MiB, whatever the output
+# on the GPU a chunk's cost is its kernel launches and any read back, not its bytes: larger
+# chunks (temporaries of a few hundred MiB), and the sums kept on the device until the end
+GPU_CHUNK = 1 << 24
+
+
+def chunk_of(t: torch.Tensor) -> int:
+    """Elements a chunked pass over `t` takes at a time."""
+    return GPU_CHUNK if t.is_cuda else CHUNK
 
 
 def _compare_one(k: int, r, x) -> Comparison:
@@ -170,28 +178,32 @@ def _compare_one(k: int, r, x) -> Comparison:
 
 def _float_errors(r: torch.Tensor, x: torch.Tensor, atol: float, rtol: float) -> tuple:
     """Chunk by chunk, in at least float32 (float64 only for float64 outputs): elements outside
-    the band, new and lost non-finite values, the largest errors and the squared norms."""
+    the band, new and lost non-finite values, the largest errors and the squared norms. The
+    counts and sums stay on the device until the last chunk: on the GPU a read back per chunk
+    waits for the device each time (hundreds of times for a multi-GiB output)."""
     work = torch.promote_types(r.dtype, torch.float32)
-    n_over = n_new_bad = n_lost = 0
-    max_abs = max_rel = 0.0
-    diff_sq = ref_sq = 0.0
-    for i in range(0, r.numel(), CHUNK):
-        rc, xc = r[i:i + CHUNK].to(work), x[i:i + CHUNK].to(work)
+    counts = torch.zeros(3, dtype=torch.int64, device=r.device)   # over, new bad, lost
+    worst = torch.zeros(2, dtype=work, device=r.device)           # max abs, max rel
+    squares = torch.zeros(2, dtype=torch.float64, device=r.device)  # diff, reference
+    step = chunk_of(r)
+    for i in range(0, r.numel(), step):
+        rc, xc = r[i:i + step].to(work), x[i:i + step].to(work)
         r_fin, x_fin = torch.isfinite(rc), torch.isfinite(xc)
-        if not bool(r_fin.all()) or not bool(x_fin.all()):
-            n_new_bad += int(((~x_fin) & r_fin).sum())
-            rn, xn = rc[~r_fin], xc[~r_fin]
+        both = r_fin & x_fin
+        # the CPU skips the masks when all is finite (asking costs nothing there)
+        if rc.is_cuda or not bool(both.all()):
+            counts[1] += ((~x_fin) & r_fin).sum()
             # non-finite reference values must be reproduced (NaN where NaN, same-sign Inf)
-            n_lost += int((~((torch.isnan(rn) & torch.isnan(xn)) | (rn == xn))).sum())
-            both = r_fin & x_fin
-            rc, xc = rc[both], xc[both]
-        if rc.numel() == 0:
-            continue
+            kept = (torch.isnan(rc) & torch.isnan(xc)) | (rc == xc)
+            counts[2] += ((~r_fin) & ~kept).sum()
+            rc, xc = rc.where(both, 0.0), xc.where(both, 0.0)   # left out: no error, no norm
         diff = (xc - rc).abs_()
         ref_abs = rc.abs()
-        max_abs = max(max_abs, float(diff.max()))
-        max_rel = max(max_rel, float((diff / ref_abs.clamp_min(atol)).max()))
-        n_over += int((diff > ref_abs.mul_(rtol).add_(atol)).sum())
-        diff_sq += float(diff.double().square().sum())
-        ref_sq += float(rc.double().square().sum())
+        worst[0] = torch.maximum(worst[0], diff.max())
+        worst[1] = torch.maximum(worst[1], (diff / ref_abs.clamp_min(atol)).max())
+        counts[0] += (diff > ref_abs.mul_(rtol).add_(atol)).sum()
+        squares[0] += diff.double().square_().sum()
+        squares[1] += rc.double().square_().sum()
+    (n_over, n_new_bad, n_lost), (max_abs, max_rel) = counts.tolist(), worst.tolist()
+    diff_sq, ref_sq = squares.tolist()
     return n_over, n_new_bad, n_lost, max_abs, max_rel, diff_sq, ref_sq

@@ -9,18 +9,19 @@ import math
 
 import torch
 
-from .compare import CHUNK, compare, flatten_outputs
+from .compare import chunk_of, compare, flatten_outputs
 
 
 def _relnorm(a: torch.Tensor, b: torch.Tensor) -> float:
     """||a - b|| / ||b|| in float64, a chunk at a time: float64 copies of two multi-GiB outputs
     and their difference would be most of the judge's memory."""
-    fa, fb = a.reshape(-1), b.reshape(-1)
-    num = den = 0.0
-    for i in range(0, fa.numel(), CHUNK):
-        x, y = fa[i:i + CHUNK].double(), fb[i:i + CHUNK].double()
-        num += float(torch.sum((x - y) ** 2))
-        den += float(torch.sum(y * y))
+    fa, fb, step = a.reshape(-1), b.reshape(-1), chunk_of(a)
+    sums = torch.zeros(2, dtype=torch.float64, device=a.device)   # read back once, at the end
+    for i in range(0, fa.numel(), step):
+        x, y = fa[i:i + step].double(), fb[i:i + step].double()
+        sums[0] += torch.sum((x - y) ** 2)
+        sums[1] += torch.sum(y * y)
+    num, den = sums.tolist()
     return math.sqrt(num) / max(math.sqrt(den), 1e-30)
 
 
@@ -32,8 +33,9 @@ def _half_representable(x: torch.Tensor) -> float:
     unchanged: about 1/8000 for float32 arithmetic, all of them for half-precision results.
     The first SAMPLE such values, gathered a chunk at a time."""
     flat, parts, n = x.reshape(-1), [], 0
-    for i in range(0, flat.numel(), CHUNK):
-        c = flat[i:i + CHUNK]
+    step = chunk_of(flat)
+    for i in range(0, flat.numel(), step):
+        c = flat[i:i + step]
         parts.append(c[torch.isfinite(c) & (c != 0)][:SAMPLE - n])
         n += parts[-1].numel()
         if n >= SAMPLE:

@@ -71,16 +71,16 @@ def same(a, b) -> bool:
     full-size temporaries."""
     import torch
 
-    from ..compare import CHUNK
+    from ..compare import chunk_of
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     if torch.equal(a, b):
         return True
     if not a.dtype.is_floating_point:
         return False
-    fa, fb = a.reshape(-1), b.reshape(-1)
-    for i in range(0, fa.numel(), CHUNK):
-        x, y = fa[i:i + CHUNK], fb[i:i + CHUNK]
+    fa, fb, step = a.reshape(-1), b.reshape(-1), chunk_of(a)
+    for i in range(0, fa.numel(), step):
+        x, y = fa[i:i + step], fb[i:i + step]
         if not (torch.equal(torch.isnan(x), torch.isnan(y)) and
                 torch.equal(torch.nan_to_num(x, nan=0.0), torch.nan_to_num(y, nan=0.0))):
             return False
@@ -89,7 +89,7 @@ def same(a, b) -> bool:
 def close(a, b, rtol=1e-3, atol=1e-4) -> bool:
     import torch
 
-    from ..compare import CHUNK
+    from ..compare import chunk_of
     if a.shape != b.shape:
         return False
     try:  # fp32 or wider as is: a float64 copy of a multi-GB output can exhaust the GPU
@@ -97,9 +97,10 @@ def close(a, b, rtol=1e-3, atol=1e-4) -> bool:
         if not (a.is_floating_point() and b.is_floating_point()):
             work = torch.float64
         fa, fb = a.reshape(-1), b.reshape(-1)   # a chunk at a time: no full-size temporaries
-        return all(bool(torch.allclose(fa[i:i + CHUNK].to(work), fb[i:i + CHUNK].to(work),
+        step = chunk_of(fa)
+        return all(bool(torch.allclose(fa[i:i + step].to(work), fb[i:i + step].to(work),
                                        rtol=rtol, atol=atol, equal_nan=True))
-                   for i in range(0, fa.numel(), CHUNK))
+                   for i in range(0, fa.numel(), step))
     except Exception:  # noqa: BLE001
         return False
 
