@@ -109,7 +109,8 @@ def main(argv=None) -> int:
             r = measure(args.device, mib, keep, args.timeout)
             r["candidate_sets"] = in_sets(r, base, "candidate_gb")
             r["judge_sets"] = in_sets(r, base, "judge_gb")
-            r["estimate_gb"] = round(row_memory_gb(r["size_gb"], keep / 2**30), 2)
+            r["estimate_gb"] = round(row_memory_gb(r["size_gb"], keep / 2**30,
+                                                       gpu=args.device == "cuda"), 2)
             rows.append(r)
             print(f"{mib:>6} {'remade' if r['remade'] else 'kept':>7} {r['status']:>10} "
                   f"{r['candidate_gb']!s:>8} {r['judge_gb']!s:>8} {r['candidate_sets']!s:>9} "

@@ -189,7 +189,7 @@ def memory_fit(results: dict) -> dict:
         judge = n.get("judge_peak_reserved_gb", n.get("judge_peak_gb"))
         if not size or cand is None or judge is None:
             continue
-        est = row_memory_gb(size) - ROW_MEMORY_BASE_GB
+        est = row_memory_gb(size, gpu=r.gpu is not None) - ROW_MEMORY_BASE_GB
         rows.append({"row": key, "inputs_gb": size.get("inputs"),
                      "outputs_gb": size.get("outputs"), "estimate_gb": round(est, 2),
                      "peak_gb": round(cand + judge, 2),

@@ -492,6 +492,7 @@ def test_rows_reserve_device_memory_from_the_reference_shapes(cache_dir, tmp_pat
     """The compile worker reports the reference's sizes from meta tensors (nothing allocated,
     no forward run: untrusted code never runs under the compiler's limit) and a row reserves
     device memory by them."""
+    from curate.verify import messages as msg
     from curate.verify.row import ROW_MEMORY_BASE_GB, row_memory_gb
     from curate.verify.worker.compile import meta_sizes
     monkeypatch.chdir(tmp_path)  # the program is written beside the worker's cwd
@@ -506,6 +507,13 @@ def test_rows_reserve_device_memory_from_the_reference_shapes(cache_dir, tmp_pat
     large = row_memory_gb({"inputs": 4, "outputs": 4, "params": 1.25})
     assert ROW_MEMORY_BASE_GB < small < 10 and large < 80
     assert row_memory_gb({"inputs": 4, "outputs": 4}, keep_gb=64) > large + 4 * 8
+    # on the GPU the judge skips its float64 run for large rows and reserves nothing for it
+    big = {"inputs": 6, "outputs": 3}
+    assert msg.float64_runs(2 * 0.2, 1.0) and not msg.float64_runs(2 * 9, 1.0)
+    assert msg.float64_runs(2 * 9, None)
+    assert row_memory_gb(big, gpu=True) < row_memory_gb(big)
+    tiny = {"inputs": 0.1, "outputs": 0.1}
+    assert row_memory_gb(tiny, gpu=True) == row_memory_gb(tiny) == small
     row = pair("cpp_honest", backend="cpp", ref=(FIX / "ref_scale_add.py").read_text())
     with Verifier(device="cpu", workers=1, cache_dir=cache_dir, compile_workers=1) as v:
         memory = v.devices[0].memory

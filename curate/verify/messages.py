@@ -96,6 +96,18 @@ def kept_together(out_bytes: int, calls: int, keep_bytes: int) -> bool:
     return out_bytes * calls <= keep_bytes
 
 
+# on the GPU the judge's float64 reading only warns (TF32): it is skipped where its float64
+# copies of the inputs and outputs would pass this many times `keep_bytes` (most of a large
+# row's memory); the parent reserves no memory for it then
+FLOAT64_KEEP_FACTOR = 4
+
+
+def float64_runs(copy_bytes: float, keep_bytes: float | None) -> bool:
+    """Whether the judge's float64 run of the reference takes place (`keep_bytes` None: no
+    limit, as on the CPU): one rule for the judge and the parent's memory estimate."""
+    return keep_bytes is None or copy_bytes <= FLOAT64_KEEP_FACTOR * keep_bytes
+
+
 @dataclass
 class Reference(Message):
     """Judge: the reference's outputs of `calls`, kept for comparison while they take at most

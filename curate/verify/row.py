@@ -25,22 +25,25 @@ from .verdict import apply_findings
 # `keep_bytes`; else made again at each call), its buffers and a fresh set being made, the
 # correctness calls' outputs (kept together while they fit in `keep_bytes`; else one at a
 # time), a live output, a timed output and the gates' or the comparison's temporaries; the
-# judge also runs the reference once in float64. ROW_MEMORY_SLACK covers the allocator's
-# rounding, ROW_MEMORY_BASE_GB two CUDA contexts and library workspaces.
+# judge also runs the reference once in float64 where that run fits (messages.float64_runs:
+# on the GPU not for large rows, which then reserve nothing for it). ROW_MEMORY_SLACK covers
+# the allocator's rounding, ROW_MEMORY_BASE_GB two CUDA contexts and library workspaces.
 ROW_MEMORY_SLACK, ROW_MEMORY_BASE_GB = 1.25, 4.0
 UNSIZED_GB = 0.125   # inputs and outputs of a row whose sizes are not known (the CPU)
 CORRECTNESS_CALLS = 7   # at most: two scaled calls, three trial sets, set 0 again, the poked set
 
 
-def row_memory_gb(size_gb: dict | None, keep_gb: float = 1.0) -> float:
+def row_memory_gb(size_gb: dict | None, keep_gb: float = 1.0, gpu: bool = False) -> float:
     """Device memory a row reserves, from the reference's shapes (`Compile(size=True)`)."""
     size_gb = size_gb or {"inputs": UNSIZED_GB, "outputs": UNSIZED_GB}
     i, o = size_gb.get("inputs", 0.0), size_gb.get("outputs", 0.0)
     p = size_gb.get("params", 0.0)
     sets = 4 * i if i <= keep_gb else 0.0          # three trial sets and the poked one
     outs = CORRECTNESS_CALLS * o if CORRECTNESS_CALLS * o <= keep_gb else o
+    runs64 = msg.float64_runs(2 * (i + o), keep_gb if gpu else None)
+    float64 = 2 * (i + o + p) if runs64 else 0.0
     candidate = 2 * p + sets + 2 * i + outs + 3 * o
-    judge = p + sets + 2 * i + outs + max(3 * o, 2 * (i + o + p))
+    judge = p + sets + 2 * i + outs + max(3 * o, float64)
     return ROW_MEMORY_SLACK * (candidate + judge) + ROW_MEMORY_BASE_GB
 
 
@@ -111,7 +114,8 @@ class RowRun:
             return device.memory.capacity
         if size_gb and scale != 1.0:
             size_gb = {**size_gb, **{k: size_gb.get(k, 0) * scale for k in ("inputs", "outputs")}}
-        return device.memory.clamp(row_memory_gb(size_gb, self.cfg.keep_bytes / 2**30))
+        return device.memory.clamp(row_memory_gb(size_gb, self.cfg.keep_bytes / 2**30,
+                                                 gpu=self.cfg.device == "cuda"))
 
     def _precheck(self) -> None:
         """What the parent decides from the code alone (nothing runs)."""

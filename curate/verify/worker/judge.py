@@ -15,6 +15,7 @@ from ...isolation import worker
 from ...isolation.program import load_program
 from ..errors import classify_exception
 from ..messages import (
+    FLOAT64_KEEP_FACTOR,
     Batch,
     Compare,
     Compared,
@@ -156,15 +157,10 @@ def compare_call(s: Session, req: Compare) -> Reply:
     return Compared(ok=cmp.ok, findings=list(s.ctx.findings))
 
 
-# on the GPU the float64 reading only warns (TF32): it is skipped where its float64 copies of
-# the inputs and outputs would pass this many times `keep_bytes` (most of a large row's memory)
-FLOAT64_KEEP_FACTOR = 4
-
-
 def _precision(s: Session, call, ref_items: list, items: list) -> None:
     limit = None
     if s.device == "cuda" and s.keep_bytes is not None:
-        limit = FLOAT64_KEEP_FACTOR * s.keep_bytes
+        limit = FLOAT64_KEEP_FACTOR * s.keep_bytes   # the rule of messages.float64_runs
     s.precision = precision_profile(s.ctx.ref_model, s.runner.pristine(*call), ref_items, items,
                                     max_float64_bytes=limit)
     if s.precision.get("reduced_precision"):
