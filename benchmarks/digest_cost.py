@@ -16,7 +16,6 @@ through the rows-and-columns path that larger ones take (the only path before).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.verify_throughput import hardware  # noqa: E402
+from benchmarks.verify_throughput import hardware, save_result  # noqa: E402
 
 
 def ms(fn, device: str, repeat: int) -> float:
@@ -76,12 +75,9 @@ def main(argv=None) -> int:
         rows.append(row)
         print(f"{mib:>8g} {row['digest_words8_ms']:>10.4f} {row['digest_rowcol_ms']:>10.4f} "
               f"{row['digest_words4_ms']:>10.4f} {row['sum_ms']:>8.4f} {row['clone_ms']:>9.4f}")
-    doc = {"hardware": hardware(args.device), "device": args.device,
-           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}
-    if args.out:
-        args.out.write_text(json.dumps(doc, indent=1))
-        print(f"wrote {args.out}")
-    return 0
+    return save_result(args.out, {"hardware": hardware(args.device), "device": args.device,
+                                  "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                  "rows": rows})
 
 
 if __name__ == "__main__":

@@ -350,6 +350,14 @@ def _serial_summary(out: list[dict], wall: float) -> dict:
 
 
 # -- main ------------------------------------------------------------------------------------------
+def save_result(out, doc: dict) -> int:
+    """Write a benchmark's result JSON (when asked for) and say where."""
+    if out:
+        out.write_text(json.dumps(doc, indent=1))
+        print(f"wrote {out}")
+    return 0
+
+
 def hardware(device: str) -> dict:
     import torch
     info = {"python": platform.python_version(), "torch": torch.__version__,
