@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,6 +49,19 @@ def point_rule(then: dict, now: dict, device: str) -> bool | None:
     return speed_agrees(then, {"speedup": now["speedup"], "device": now["device"]}, device)[0]
 
 
+def harness_medians(out: list) -> dict:
+    """Per side and part (before, after, digest), the median over rows of what the side said
+    its harness spent per timed call: where the judge's fixed cost goes, and whether the
+    candidate's differs."""
+    got: dict = {}
+    for o in out:
+        for side, parts in (o.get("then_harness_ms") or {}).items():
+            for part, v in parts.items():
+                got.setdefault(side, {}).setdefault(part, []).append(v)
+    return {side: {part: round(statistics.median(v), 4) for part, v in parts.items()}
+            for side, parts in got.items()}
+
+
 def clock_check(row: dict) -> dict:
     """What the parent's clock saw of the row (credited factor, the judge's cost per call)."""
     from curate.verify.record import read
@@ -79,10 +93,12 @@ def main(argv=None) -> int:
             out = []
             for row, r in zip(rows, got):
                 check = clock_check(row)
-                item = {"id": r.id, "then": {k: v for k, v in r.then.items() if k != "device"},
+                item = {"id": r.id, "path": row.get("path"), "then": {k: v for k, v in r.then.items() if k != "device"},
                         "now": {k: v for k, v in r.now.items() if k != "device"},
                         "then_credited_factor": check.get("credited_factor"),
                         "then_overhead_ms": check.get("overhead_ms"),
+                        # what each side said its harness spent per call (evidence only)
+                        "then_harness_ms": check.get("harness_ms_per_call"),
                         "agree": r.agree, "why": r.why,
                         "point_rule": point_rule(r.then, r.now, args.device)}
                 out.append(item)
@@ -99,6 +115,7 @@ def main(argv=None) -> int:
                        "agree_point_rule": sum(bool(o["point_rule"]) for o in out),
                        "status_differs": sum(o["then"]["status"] != o["now"]["status"]
                                              for o in out),
+                       "harness_ms_median": harness_medians(out),
                        "seconds": round(time.monotonic() - t0, 1)}
             print(json.dumps(summary), flush=True)
             report["repeats"].append({"summary": summary, "rows": out})

@@ -77,6 +77,12 @@ def test_a_verified_row_records_what_was_checked_on_what(verified):
     assert t["method"].startswith("wall clock") and t["kernel_ms"]["n"] >= 20
     assert t["interval"] == [pytest.approx(res.speedup_ci_low, rel=1e-4),
                              pytest.approx(res.speedup_ci_high, rel=1e-4)]
+    # each side's harness cost per timed call by part (evidence of where the fixed cost goes)
+    spent = t["check"]["harness_ms_per_call"]
+    assert set(spent) == {"judge", "candidate"}
+    for side in spent.values():
+        assert set(side) == {"before", "after", "digest"} and all(v > 0 for v in side.values())
+        assert sum(side.values()) < 10 * t["check"]["overhead_ms"] + 1
     assert rec["device"]["kind"] == "cpu" and rec["device"]["cores"]
     assert rec["software"]["torch"] and rec["software"]["flags"]["extra_cflags"] == ["-O2"]
     assert rec["sandbox"]["candidate"] == res.sandbox

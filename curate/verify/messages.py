@@ -210,12 +210,15 @@ class Loaded(Reply):
 class Batch(Reply):
     """What a batch of calls reports. `ms` is evidence only: the parent's clock decides. A timed
     batch that keeps its outputs also commits to them before it replies (`digests`, one per
-    call), so that no work of the batch can be left for after the parent's clock stops."""
+    call), so that no work of the batch can be left for after the parent's clock stops.
+    `harness_ms`: the harness's own milliseconds around the calls by part (before, after,
+    digest), summed over the batch: where a batch's fixed cost goes, never read by a verdict."""
     kind = "batch"
     ms: list = field(default_factory=list)
     structure: typing.Optional[str] = None
     out_bytes: int = 0
     digests: list = field(default_factory=list)
+    harness_ms: dict = field(default_factory=dict)
 
 
 @dataclass

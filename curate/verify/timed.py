@@ -11,12 +11,16 @@ from __future__ import annotations
 import contextlib
 import time
 
+from collections import Counter
+
 from ..isolation.freeze import cpu_seconds
 from . import messages as msg
 from .budget import BATCH_HOLD_S
 from .correctness import IDLE_CPU, SETTLE_S, judge_call, scale
 from .findings import Finding
 from .timing import FETCHES, Round, credit, plan as make_plan, speed, typical_ms
+
+HARNESS_PARTS = ("before", "after", "digest")   # Batch.harness_ms: evidence, never a verdict
 
 
 def timed_rounds(row, device, cand, judge, cand_ms: list, ref_ms: list, out_bytes: int) -> None:
@@ -26,6 +30,7 @@ def timed_rounds(row, device, cand, judge, cand_ms: list, ref_ms: list, out_byte
     fetch_rounds = set(rng.sample(range(1, plan.rounds), min(FETCHES, plan.rounds - 1)))
     rounds: list[Round] = []
     idle = {"cpu_s": 0.0, "wall_s": 0.0}
+    harness = {"judge": Counter(), "candidate": Counter()}   # what each side says it spent
     # a batch that takes far longer than planned holds the device alone: it is
     # the row's timeout, not every other row's wait
     cap = row.clock.budget.batch_cap(
@@ -42,7 +47,9 @@ def timed_rounds(row, device, cand, judge, cand_ms: list, ref_ms: list, out_byte
                 seen[side.role] = _batch(row, side, cand, calls, idle, cap)
         if r == 0:
             continue   # warm-up
-        (c_wall, c_ms, c_digs), (j_wall, j_ms, _) = seen["candidate"], seen["judge"]
+        (c_wall, c_ms, c_digs, c_h), (j_wall, j_ms, _, j_h) = seen["candidate"], seen["judge"]
+        harness["candidate"].update(c_h)
+        harness["judge"].update(j_h)
         rounds.append(Round(ref_wall=j_wall, ref_ms=j_ms, cand_wall=c_wall, cand_ms=c_ms))
         if r in fetch_rounds:
             i = rng.randrange(plan.per_batch)
@@ -51,10 +58,14 @@ def timed_rounds(row, device, cand, judge, cand_ms: list, ref_ms: list, out_byte
                 return   # the judge's comparison of the pass decides it: `incorrect`
     row.res.timed_wall_s += time.monotonic() - t_start
     _decide(row, cand, rounds, idle, plan)
+    calls = max(1, sum(len(r.ref_ms) for r in rounds))
+    row.res.notes.setdefault("timing_check", {})["harness_ms_per_call"] = {
+        side: {k: round(v / calls, 4) for k, v in sorted(spent.items())}
+        for side, spent in harness.items()}
 
 
 def _batch(row, side, cand, calls: list, idle: dict, cap: float
-           ) -> tuple[float, list, list]:
+           ) -> tuple[float, list, list, dict]:
     """One side's timed batch, with the digests of its outputs, on the parent's clock. While
     the judge runs, the candidate's process must be idle (its CPU time is read from /proc)."""
     if side.role == "judge" and row.cfg.device == "cpu":
@@ -72,7 +83,9 @@ def _batch(row, side, cand, calls: list, idle: dict, cap: float
         side.take([Finding("protocol_violation", "fail",
                            detail=f"{len(batch.ms)} times and {len(batch.digests)} digests "
                                   f"for {len(calls)} calls")])
-    return wall, [float(x) for x in batch.ms], list(batch.digests)
+    spent = {k: float(v) for k, v in (batch.harness_ms or {}).items()
+             if k in HARNESS_PARTS and isinstance(v, (int, float))}
+    return wall, [float(x) for x in batch.ms], list(batch.digests), spent
 
 
 def _decide(row, cand, rounds: list[Round], idle: dict, plan) -> None:

@@ -58,6 +58,9 @@ class OutputRefused(Exception):
 class Batch:
     ms: list[float] = field(default_factory=list)
     outputs: list[tuple[list, str]] = field(default_factory=list)   # (flat items, structure)
+    # the harness's own milliseconds around the calls, summed over the batch (evidence only):
+    # `before` writes the inputs, flushes and synchronizes; `after` checks and copies outputs
+    harness_ms: dict = field(default_factory=lambda: {"before": 0.0, "after": 0.0})
 
 
 def _clone(x):
@@ -148,6 +151,7 @@ class CallRunner:
             self.alive = {}   # storage pointer -> (call, weak reference to the output)
         alive = self.alive
         for i, (k, scale) in enumerate(calls, start=first):
+            h0 = t.perf_counter()
             args = self.inputs(int(k), float(scale))
             if cuda:
                 reset_persisting_l2()
@@ -155,6 +159,7 @@ class CallRunner:
                     self.flush.run()
                 t.cuda_synchronize()
                 start, end = t.cuda_event(enable_timing=True), t.cuda_event(enable_timing=True)
+                h1 = t.perf_counter()
                 t.cuda_record(start)
                 with torch.no_grad():
                     out = self.model(*args)
@@ -162,11 +167,13 @@ class CallRunner:
                 t.cuda_record(end)
                 t.cuda_synchronize()
                 ms = float(t.cuda_elapsed(start, end))
+                h2 = t.perf_counter()
             else:
-                t0 = t.perf_counter()
+                t0 = h1 = t.perf_counter()
                 with torch.no_grad():
                     out = self.model(*args)
-                ms = (t.perf_counter() - t0) * 1e3
+                h2 = t.perf_counter()
+                ms = (h2 - t0) * 1e3
             items, struct = flatten_outputs(out)
             del out
             plain_outputs(items)
@@ -181,6 +188,8 @@ class CallRunner:
                 # PyTorch more than a fused kernel)
                 copy = [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in items]
                 batch.outputs.append((copy, struct))
+            batch.harness_ms["before"] += (h1 - h0) * 1e3
+            batch.harness_ms["after"] += (t.perf_counter() - h2) * 1e3
             if after is not None:
                 if copy is not None:
                     items = None   # the gates see the kept copy: the output itself goes first

@@ -130,7 +130,7 @@ def _calls(s: Session, req: Calls, planned: list[tuple[int, float]]) -> Reply:
     s.kept = None  # the previous batch's outputs go before this batch allocates
     batch = s.runner.run(planned, keep=req.keep, after=after, first=req.first)
     # nothing more before the reply: the parent's clock is running
-    return batch_reply(s, batch.ms, batch.outputs)
+    return batch_reply(s, batch.ms, batch.outputs, batch.harness_ms)
 
 
 def fetch(s: Session, req: Fetch) -> Reply:

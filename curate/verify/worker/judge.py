@@ -118,7 +118,7 @@ def calls(s: Session, planned_calls: list, keep: bool) -> Reply:
         batch = s.runner.run(planned, keep=keep)
     except BaseException as exc:  # noqa: BLE001
         return reference_failed(exc, s.device)
-    return batch_reply(s, batch.ms, batch.outputs)
+    return batch_reply(s, batch.ms, batch.outputs, batch.harness_ms)
 
 
 def _reference_of(s: Session, call: tuple[int, float]) -> tuple[list, str]:

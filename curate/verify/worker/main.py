@@ -120,7 +120,9 @@ def _timed_digests(s: session.Session, req: Calls, reply: Reply) -> Reply:
     if not (req.timed and req.keep and isinstance(reply, Batch)):
         return reply
     try:
+        t0 = clock.TIMERS.perf_counter()
         reply.digests = [digest_mod.digest(items) for items, _ in s.kept or []]
+        reply.harness_ms["digest"] = round((clock.TIMERS.perf_counter() - t0) * 1e3, 4)
     except BaseException as exc:  # noqa: BLE001 - a device fault the candidate left behind
         if s.role == "judge":
             return judge.reference_failed(exc, s.device)

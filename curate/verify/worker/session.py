@@ -69,12 +69,13 @@ def parse_calls(calls: list) -> list[tuple[int, float]]:
     return out
 
 
-def batch_reply(s: Session, ms: list, outputs: list) -> Batch:
+def batch_reply(s: Session, ms: list, outputs: list, harness_ms: dict | None = None) -> Batch:
     """What a batch reports; its outputs stay in the worker for Fetch."""
     s.kept = outputs
     first = outputs[0] if outputs else None
     return Batch(ms=ms, findings=list(s.ctx.findings), structure=first[1] if first else None,
-                 out_bytes=output_bytes(first[0]) if first else 0)
+                 out_bytes=output_bytes(first[0]) if first else 0,
+                 harness_ms={k: round(v, 4) for k, v in (harness_ms or {}).items()})
 
 
 def current(role: str) -> Session:
