@@ -304,3 +304,14 @@ def test_outputs_too_large_for_the_runs_transport_go_by_memory_file():
     assert fetch_transport("cuda_ipc", DEVICE_TRANSPORT_BYTES) == "cuda_ipc"
     assert fetch_transport("cuda_fd", DEVICE_TRANSPORT_BYTES + 1) == "memfd"
     assert fetch_transport("memfd", 8 * 2**30) == "memfd"
+
+
+def test_a_sides_harness_claim_keeps_known_parts_with_finite_numbers():
+    """What a worker says its harness spent is evidence only, and a candidate's reply may hold
+    anything: unknown parts, non-numbers and non-finite values are left out, never raised."""
+    from curate.verify.timed import said_harness
+    assert said_harness({"before": 1, "after": 0.5, "digest": 2.0}) == {
+        "before": 1.0, "after": 0.5, "digest": 2.0}
+    assert said_harness({"before": float("nan"), "after": "x", "digest": True,
+                         "other": 1.0}) == {}
+    assert said_harness(["before", 1.0]) == {} and said_harness(None) == {}

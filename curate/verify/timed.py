@@ -9,6 +9,7 @@ saw into the samples the speedup is computed from."""
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 
 from collections import Counter
@@ -83,9 +84,16 @@ def _batch(row, side, cand, calls: list, idle: dict, cap: float
         side.take([Finding("protocol_violation", "fail",
                            detail=f"{len(batch.ms)} times and {len(batch.digests)} digests "
                                   f"for {len(calls)} calls")])
-    spent = {k: float(v) for k, v in (batch.harness_ms or {}).items()
-             if k in HARNESS_PARTS and isinstance(v, (int, float))}
-    return wall, [float(x) for x in batch.ms], list(batch.digests), spent
+    return wall, [float(x) for x in batch.ms], list(batch.digests), said_harness(batch.harness_ms)
+
+
+def said_harness(value) -> dict:
+    """The parts of a side's `harness_ms` claim worth keeping as evidence: known parts with
+    finite numbers (a candidate's reply may hold anything)."""
+    if not isinstance(value, dict):
+        return {}
+    return {k: float(v) for k, v in value.items() if k in HARNESS_PARTS and
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
 
 
 def _decide(row, cand, rounds: list[Round], idle: dict, plan) -> None:
