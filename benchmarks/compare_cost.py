@@ -52,6 +52,7 @@ def main(argv=None) -> int:
     from curate.verify.worker.digest import digest
     from curate.verify.worker.gates.degeneracy import below_tolerance
     before = load_before(args.before) if args.before else None
+
     def t(fn) -> float:
         return round(ms(fn, args.device, 3), 2)   # the median of 3, after one warm-up
 

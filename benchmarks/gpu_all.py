@@ -138,7 +138,7 @@ def headline(result: Path, paths: str) -> str:
 def build_rows(build: Path) -> list[dict]:
     """Each verified-stage row of a build by its source file: which example ended how."""
     import pyarrow.parquet as pq
-    stages = sorted(build.glob("stages/*verify*.parquet"))
+    stages = sorted(build.glob("stages/*-verify.parquet"))   # not its .rejected table
     if not stages:
         return []
     keys = ("path", "status", "speedup", "speedup_ci_low", "ref_ms", "kernel_ms", "reasons")

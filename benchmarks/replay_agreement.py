@@ -93,7 +93,8 @@ def main(argv=None) -> int:
             out = []
             for row, r in zip(rows, got):
                 check = clock_check(row)
-                item = {"id": r.id, "path": row.get("path"), "then": {k: v for k, v in r.then.items() if k != "device"},
+                item = {"id": r.id, "path": row.get("path"),
+                        "then": {k: v for k, v in r.then.items() if k != "device"},
                         "now": {k: v for k, v in r.now.items() if k != "device"},
                         "then_credited_factor": check.get("credited_factor"),
                         "then_overhead_ms": check.get("overhead_ms"),
@@ -108,10 +109,10 @@ def main(argv=None) -> int:
                       f"{item['then_credited_factor'] or 0:6.3f} {str(r.agree):5s} "
                       f"{item['point_rule']}", flush=True)
             factors = [o["then_credited_factor"] or 1.0 for o in out]
-            costs = sorted(o["then_overhead_ms"] for o in out if o["then_overhead_ms"])
+            costs = [o["then_overhead_ms"] for o in out if o["then_overhead_ms"]]
             summary = {"rows": len(out), "agree": sum(o["agree"] for o in out),
                        "credited_then": sum(f > 1.0 for f in factors),
-                       "judge_cost_ms_median": costs[len(costs) // 2] if costs else None,
+                       "judge_cost_ms_median": statistics.median(costs) if costs else None,
                        "agree_point_rule": sum(bool(o["point_rule"]) for o in out),
                        "status_differs": sum(o["then"]["status"] != o["now"]["status"]
                                              for o in out),

@@ -3,6 +3,7 @@ verdict rules, typed messages, the scheduler's placement."""
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 
@@ -118,6 +119,13 @@ def test_an_uncredited_rows_interval_is_the_bootstrap_alone():
     assert got.factor == 1.0
     sp = speed(rounds, got, seed=3)
     assert 1.8 < sp["speedup_ci_low"] <= sp["speedup"] <= sp["speedup_ci_high"] < 2.25
+    # the median ratio of the samples as given, and an interval inside what any resampling of
+    # them can give (the slowest reference call over the fastest candidate call, and back)
+    ref = [ms for r in rounds for ms in r.ref_ms]
+    cand = [ms for r in rounds for ms in r.cand_ms]
+    assert sp["speedup"] == pytest.approx(statistics.median(ref) / statistics.median(cand))
+    assert min(ref) / max(cand) <= sp["speedup_ci_low"]
+    assert sp["speedup_ci_high"] <= max(ref) / min(cand)
     # the bootstrap of the calls and of each round's own calls, nothing added
     assert sp == speedup_ci(got.ref_ms, got.cand_ms, seed=3,
                             rounds=[(r.ref_ms, r.cand_ms) for r in rounds])

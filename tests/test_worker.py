@@ -725,6 +725,7 @@ def test_precision_float64_reading_consumes_its_inputs_and_has_a_memory_limit():
     """The float64 run takes the float32 inputs' place (the list given is emptied), and is
     skipped, saying so, where its float64 copies would pass the limit; the half-precision
     reading still runs then."""
+    from curate.verify.messages import FLOAT64_KEEP_FACTOR
     from curate.verify.worker import precision
     model = torch.nn.Linear(16, 16)
     x = torch.randn(64, 16)
@@ -737,11 +738,11 @@ def test_precision_float64_reading_consumes_its_inputs_and_has_a_memory_limit():
     assert got["reduced_precision"] and got["below_float32"]
     need = 2 * (x.numel() + ref[0].numel()) * 4
     small = precision.precision_profile(model, [x.clone()], ref, half,
-                                        max_float64_bytes=need - 1)
+                                        float64_keep_bytes=(need - 1) / FLOAT64_KEEP_FACTOR)
     assert "err_vs_float64" not in small and "float64 copies" in small["float64_skipped"]
     assert small["reduced_precision"]
     assert "float64_skipped" not in precision.precision_profile(
-        model, [x.clone()], ref, half, max_float64_bytes=need)
+        model, [x.clone()], ref, half, float64_keep_bytes=need / FLOAT64_KEEP_FACTOR)
 
 
 def test_closeness_is_read_chunk_by_chunk(monkeypatch):

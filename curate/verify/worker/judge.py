@@ -15,7 +15,6 @@ from ...isolation import worker
 from ...isolation.program import load_program
 from ..errors import classify_exception
 from ..messages import (
-    FLOAT64_KEEP_FACTOR,
     Batch,
     Compare,
     Compared,
@@ -158,11 +157,9 @@ def compare_call(s: Session, req: Compare) -> Reply:
 
 
 def _precision(s: Session, call, ref_items: list, items: list) -> None:
-    limit = None
-    if s.device == "cuda" and s.keep_bytes is not None:
-        limit = FLOAT64_KEEP_FACTOR * s.keep_bytes   # the rule of messages.float64_runs
+    keep = s.keep_bytes if s.device == "cuda" else None   # the CPU never skips it
     s.precision = precision_profile(s.ctx.ref_model, s.runner.pristine(*call), ref_items, items,
-                                    max_float64_bytes=limit)
+                                    float64_keep_bytes=keep)
     if s.precision.get("reduced_precision"):
         s.ctx.flag("reduced_precision", fatal=True)
     elif s.precision.get("below_float32"):

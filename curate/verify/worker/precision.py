@@ -9,6 +9,7 @@ import math
 
 import torch
 
+from ..messages import FLOAT64_KEEP_FACTOR, float64_runs
 from .compare import chunk_of, compare, flatten_outputs
 
 
@@ -65,14 +66,15 @@ def _float64_outputs(model, inputs: list) -> list:
 
 
 def precision_profile(model, inputs: list, ref_out: list, cand_out: list,
-                      max_float64_bytes: int | None = None) -> dict:
+                      float64_keep_bytes: int | None = None) -> dict:
     """Does the candidate compute in lower precision than its float32 reference? Two readings:
     its error against the same program run in float64 (flagged when above 5e-5 relative norm
     and 20 times the float32 reference's own error: half precision leaves far more than
     float32 arithmetic in another order), and whether its values are exactly half-precision
     numbers. A float32 tolerance alone cannot tell. `inputs` (a copy of the call's inputs) is
     consumed by the float64 run, which is skipped (and said so) where the float64 copies of the
-    inputs and outputs would take more than `max_float64_bytes`."""
+    inputs and outputs would be too large for `float64_keep_bytes` (messages.float64_runs; None:
+    never skipped)."""
     pairs = [(r, c) for r, c in zip(ref_out, cand_out) if isinstance(r, torch.Tensor)
              and isinstance(c, torch.Tensor) and r.dtype == torch.float32 and r.numel()
              and r.shape == c.shape]
@@ -86,9 +88,9 @@ def precision_profile(model, inputs: list, ref_out: list, cand_out: list,
         out["reduced_precision"] = "outputs are half-precision numbers"
     need = 2 * sum(x.numel() * x.element_size() for x in [*inputs, *ref_out]
                    if isinstance(x, torch.Tensor))
-    if max_float64_bytes is not None and need > max_float64_bytes:
+    if not float64_runs(need, float64_keep_bytes):
         out["float64_skipped"] = (f"float64 copies would take {need / 2**30:.1f} GiB, more than "
-                                  f"{max_float64_bytes / 2**30:.1f}")
+                                  f"{FLOAT64_KEEP_FACTOR * float64_keep_bytes / 2**30:.1f}")
         return out
     try:
         o64 = _float64_outputs(model, inputs)
