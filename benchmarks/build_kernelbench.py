@@ -91,10 +91,32 @@ def ledger_progress(out: Path, started: float) -> dict:
     ledger = Ledger(path)
     try:
         steps = ledger.progress()
+        phases = verify_phases(ledger)
     finally:
         ledger.close()
-    return {step: {"rows": n, "first_row": round(lo - started, 1),
-                   "last_row": round(hi - started, 1)} for step, (n, lo, hi) in steps.items()}
+    out = {step: {"rows": n, "first_row": round(lo - started, 1),
+                  "last_row": round(hi - started, 1)} for step, (n, lo, hi) in steps.items()}
+    if phases:
+        out["verify_phases_s"] = phases
+    return out
+
+
+def verify_phases(ledger) -> dict:
+    """Seconds the verify rows finished so far spent per phase, summed over rows (from each
+    row's record): where verify's time went in a build that did not finish."""
+    from curate.verify.record import read
+    total: dict[str, float] = {}
+    rows = 0
+    for (outcome,) in ledger.db.execute(
+            "SELECT outcome FROM results WHERE step LIKE 'verify%'"):
+        for row in json.loads(outcome).get("kept") or []:
+            phases = (read(row.get("verification")) or {}).get("phases_s") or {}
+            rows += bool(phases)
+            for name, s in phases.items():
+                total[name] = total.get(name, 0.0) + s
+    if not rows:
+        return {}
+    return {"rows": rows, **{k: round(v, 1) for k, v in sorted(total.items(), key=lambda kv: -kv[1])}}
 
 
 def timeline(run: dict) -> list[dict]:

@@ -48,6 +48,7 @@ def assemble(verifier, row: dict, run, res) -> str:
         "sandbox": sandbox(verifier),
         "second_shape": notes.get("second_shape") or {"checked": False, "why": "not_verified"},
         "second_opinion": second_opinion(row.get("kernel_code")),
+        "phases_s": notes.get("phases_s"),
     }
     return json.dumps(_plain(rec), sort_keys=True, separators=(",", ":"))
 
