@@ -78,7 +78,7 @@ def run_build(pipeline: Path, out: Path, executor: str, deadline: float | None) 
     stats = json.loads(stats_file.read_text()) if rc == 0 and stats_file.is_file() else {}
     return {"executor": executor, "exit": rc, "wall_s": wall, "stats": stats,
             "output_tail": tail if rc else None,
-            "ledger": ledger_progress(out, t0_wall) if rc else None}
+            "ledger": ledger_progress(out, t0_wall)}
 
 
 def ledger_progress(out: Path, started: float) -> dict:
@@ -92,28 +92,63 @@ def ledger_progress(out: Path, started: float) -> dict:
     try:
         steps = ledger.progress()
         phases = verify_phases(ledger)
+        memory = verify_memory(ledger)
     finally:
         ledger.close()
     out = {step: {"rows": n, "first_row": round(lo - started, 1),
                   "last_row": round(hi - started, 1)} for step, (n, lo, hi) in steps.items()}
     if phases:
         out["verify_phases_s"] = phases
+    if memory:
+        out["verify_memory"] = memory
     return out
+
+
+def verified_records(ledger):
+    from curate.verify.record import read
+    for (outcome,) in ledger.db.execute(
+            "SELECT outcome FROM results WHERE step LIKE 'verify%'"):
+        for row in json.loads(outcome).get("kept") or []:
+            yield row, read(row.get("verification")) or {}
+
+
+def verify_memory(ledger) -> dict:
+    """What the finished verify rows reserved on the GPU against what their two workers held
+    at their peaks (allocator reserved), the largest rows first: the figures that calibrate
+    `row_memory_gb`."""
+    rows = []
+    for row, rec in verified_records(ledger):
+        m = rec.get("memory") or {}
+        peaks = [m.get("candidate_peak_reserved_gb"), m.get("judge_peak_reserved_gb")]
+        if m.get("reserved_gb") is None or None in peaks:
+            continue
+        size = m.get("size_gb") or {}
+        rows.append({"id": str(row.get("id"))[:12], "status": row.get("status"),
+                     "inputs_gb": size.get("inputs"), "outputs_gb": size.get("outputs"),
+                     "params_gb": size.get("params"), "reserved_gb": m["reserved_gb"],
+                     "candidate_gb": peaks[0], "judge_gb": peaks[1],
+                     "held_over_reserved": round(sum(peaks) / m["reserved_gb"], 3)})
+    if not rows:
+        return {}
+    rows.sort(key=lambda r: -r["reserved_gb"])
+    ratios = sorted(r["held_over_reserved"] for r in rows)
+    return {"rows": len(rows), "held_over_reserved_max": ratios[-1],
+            "held_over_reserved_median": ratios[len(ratios) // 2],
+            "reserved_gb_total": round(sum(r["reserved_gb"] for r in rows), 1),
+            "held_gb_total": round(sum(r["candidate_gb"] + r["judge_gb"] for r in rows), 1),
+            "largest": rows[:25]}
 
 
 def verify_phases(ledger) -> dict:
     """Seconds the verify rows finished so far spent per phase, summed over rows (from each
     row's record): where verify's time went in a build that did not finish."""
-    from curate.verify.record import read
     total: dict[str, float] = {}
     rows = 0
-    for (outcome,) in ledger.db.execute(
-            "SELECT outcome FROM results WHERE step LIKE 'verify%'"):
-        for row in json.loads(outcome).get("kept") or []:
-            phases = (read(row.get("verification")) or {}).get("phases_s") or {}
-            rows += bool(phases)
-            for name, s in phases.items():
-                total[name] = total.get(name, 0.0) + s
+    for _, rec in verified_records(ledger):
+        phases = rec.get("phases_s") or {}
+        rows += bool(phases)
+        for name, s in phases.items():
+            total[name] = total.get(name, 0.0) + s
     if not rows:
         return {}
     return {"rows": rows, **{k: round(v, 1) for k, v in sorted(total.items(), key=lambda kv: -kv[1])}}

@@ -199,6 +199,22 @@ def test_memory_gate_admits_rows_while_they_fit():
     assert got == [1]
 
 
+def test_memory_gate_admits_no_more_rows_than_the_device_has_worker_pairs():
+    """Rows past the slots would hold memory while they wait for workers: they wait here,
+    holding nothing, and the next one in gets its workers at once."""
+    gate = MemoryGate(100.0, slots=2)
+    gate.acquire(1)
+    gate.acquire(1)
+    got = []
+    t = threading.Thread(target=lambda: (gate.acquire(1), got.append(1)))
+    t.start()
+    time.sleep(0.1)
+    assert not got and gate.holders == 2 and gate.used == 2
+    gate.release(1)
+    t.join(2)
+    assert got == [1] and gate.holders == 2
+
+
 def test_memory_gate_lets_the_whole_device_in_once_every_row_gave_back():
     """Floats given back in another order than they were taken leave a residue: a row that
     needs the whole device must still get in once no row holds memory."""

@@ -117,8 +117,8 @@ class Verifier:
         devices = []
         for n, index in enumerate(gpus):
             dev = Device(index=index)
-            if p.total_gb:
-                dev.memory = MemoryGate(p.total_gb * GPU_SHARE)
+            dev.memory = MemoryGate(p.total_gb * GPU_SHARE if p.total_gb else
+                                    dev.memory.capacity, slots=cfg.workers)
             off = UID_DEVICES + n * UID_PER_DEVICE
             dev.pools = {"candidate": p.pool(cfg, cfg.workers, off, self.freezer, dev.env()),
                          "judge": p.pool(cfg, cfg.workers, off + UID_PER_DEVICE // 2,

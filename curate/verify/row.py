@@ -94,6 +94,7 @@ class RowRun:
             with self.run.scheduler.place() as device:
                 self.res.device_index = device.index
                 need = self._need(device, self.size_gb)
+                self.res.notes["reserved_gb"] = round(need, 2)
                 if need >= device.memory.capacity and not self.exclusive:
                     raise WholeDevice   # alone, after the rows that share the device
                 self.phase("waiting for device memory")

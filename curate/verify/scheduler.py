@@ -77,10 +77,15 @@ class DeviceGate:
 
 class MemoryGate:
     """A weighted semaphore over device memory (GB): a row waits until its estimate fits beside
-    the rows already running, so that large problems do not run out of memory together."""
+    the rows already running, so that large problems do not run out of memory together.
 
-    def __init__(self, capacity_gb: float):
+    `slots` (the device's worker pairs) bounds the holders too: a row that got its memory
+    always finds its workers free, so no row holds memory while it waits for workers (which
+    kept large rows out while the device had room for them)."""
+
+    def __init__(self, capacity_gb: float, slots: int | None = None):
         self.capacity = max(1.0, capacity_gb)
+        self.slots = slots
         self.used = 0.0
         self.holders = 0
         self._cond = threading.Condition()
@@ -97,7 +102,8 @@ class MemoryGate:
         with self._cond:
             # by holders, not by `used > 0`: sums of floats given back in another order leave
             # a residue, and a row that needs the whole device would wait for it forever
-            while self.holders and self.used + gb > self.capacity:
+            while self.holders and (self.used + gb > self.capacity or
+                                    (self.slots is not None and self.holders >= self.slots)):
                 self._cond.wait()
             self.used += gb
             self.holders += 1
