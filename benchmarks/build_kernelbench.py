@@ -42,7 +42,7 @@ STAGE_KEYS = ("name", "rows_in", "rows_out", "dropped", "cached", "statuses", "s
               "first_row", "last_row", "ended")
 
 
-def kb_pipeline(kb: Path, device: str, dest: Path) -> Path:
+def kb_pipeline(kb: Path, device: str, dest: Path, verify: dict | None = None) -> Path:
     """KernelBench L1-L3 -> inductor -> dedup (no decontamination: these are the problems) ->
     verify -> keep every verified pair at least as fast as its reference."""
     paths = json.dumps([str(kb / f"level{n}") for n in (1, 2, 3)])
@@ -54,7 +54,7 @@ source:
 steps:
   - synth-inductor: {{}}
   - dedup: {{jaccard: 0.8}}
-  - verify: {{}}
+  - verify: {json.dumps(verify or {})}
   - keep: {{}}
 """)
     return dest
@@ -217,7 +217,7 @@ def kernelbench_main(args, work: Path, save) -> list[dict]:
         sys.exit("needs KernelBench: --kb DIR or CURATE_KERNELBENCH (a folder with level1/)")
     if args.limit:  # the first N problems of each level (a quick check of the set-up)
         kb = subset(kb, args.limit, work / "kb-subset")
-    pipe = kb_pipeline(kb, args.device, work / "kernelbench.yaml")
+    pipe = kb_pipeline(kb, args.device, work / "kernelbench.yaml", args.verify)
     runs = []
     for ex in args.executors:
         run = run_build(pipe, work / f"kb-{ex}", ex, args.deadline)
@@ -285,6 +285,8 @@ def main(argv=None) -> int:
                     type=lambda s: s.split(","), help="pipelines: which of pipelines/*.yaml")
     ap.add_argument("--limit", type=int, default=None,
                     help="kernelbench: the first N problems of each level only")
+    ap.add_argument("--verify", type=json.loads, default=None,
+                    help='the verify step\'s options as JSON, e.g. \'{"workers": 12}\'')
     ap.add_argument("--deadline", type=float, default=None, help="seconds each build may take")
     ap.add_argument("--ray-wheels", default=None, help="install Ray from this folder first")
     ap.add_argument("--work", default=None, help="build folders (default: a temporary one)")
