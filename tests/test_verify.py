@@ -587,6 +587,31 @@ def test_a_candidate_that_hangs_in_its_timed_calls_holds_the_device_only_briefly
     assert res["cpp_honest"].status == "verified"
 
 
+def test_rounds_share_one_hold_of_the_device_and_check_outputs_inside_it(cache_dir,
+                                                                         monkeypatch):
+    """Where consecutive rounds share an exclusive hold (as on the GPU), the gate is taken
+    far fewer times than there are rounds, and the timed outputs checked inside the hold are
+    compared without waiting for the gate the row itself holds."""
+    from curate.verify import timing
+    from curate.verify.scheduler import DeviceGate
+    monkeypatch.setitem(timing.GROUP_HOLD_S, "cpu", 30.0)
+    taken, exclusive = [], DeviceGate.exclusive
+
+    def counted(gate):
+        taken.append(1)
+        return exclusive(gate)
+
+    monkeypatch.setattr(DeviceGate, "exclusive", counted)
+    with Verifier(device="cpu", workers=1, timeout=240, cache_dir=cache_dir,
+                  time_budget=0.3, gates=False) as v:
+        res = v.verify_one(pair("cpp_honest", backend="cpp"))
+    assert res.status == "verified", (res.status, res.reasons, res.error)
+    timed = res.notes["timing"]
+    assert timed["rounds"] >= 4 and timed["fetched"] >= 1
+    assert len(taken) <= (timed["rounds"] + 1) // 2, (len(taken), timed)
+    assert timed["harness_ms"] is not None and timed["harness_ms"] >= 0
+
+
 def test_a_scale_invariant_program_is_not_taken_for_stale_outputs(cache_dir):
     """The gates' second call uses another trial's inputs, not the same inputs scaled: the
     examples' cosine-similarity loss ignores the scale of its inputs, and its honest inductor

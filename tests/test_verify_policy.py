@@ -14,7 +14,7 @@ from curate.verify.budget import Budget, RowClock
 from curate.verify.findings import Finding, finding, gate_status
 from curate.verify.result import VerifyResult
 from curate.verify.scheduler import Device, DeviceGate, MemoryGate, Scheduler
-from curate.verify.timing import Round, credit, plan, speed, speedup_ci
+from curate.verify.timing import Round, credit, harness_per_call, plan, speed, speedup_ci
 from curate.verify.verdict import apply_findings, task_failure
 
 
@@ -50,6 +50,28 @@ def test_plan_holds_the_device_for_a_bounded_time_per_batch():
 def test_plan_measures_a_far_slower_candidate_with_the_fewest_calls():
     p = plan([50.0, 50.0], [1.0, 1.0], 0, "cpu", 1.0, 20, 1000, hold_s=10.0)
     assert (p.per_batch, p.rounds) == (1, 5)
+
+
+def test_plan_counts_the_harness_cost_of_every_call():
+    # a 10 us kernel under a 1.2 ms harness: batches sized by what a call really costs, so the
+    # row holds the device for about its time budget, not for hundreds of calls per batch
+    p = plan([0.01, 0.01], [0.01, 0.01], 1 << 20, "cuda", 0.5, 20, 1000, hold_s=10.0,
+             harness_s=1.2e-3)
+    held = p.rounds * p.per_batch * 2 * (0.01e-3 + 1.2e-3)
+    assert 10 <= p.per_batch <= 20 and held < 1.0
+    free = plan([0.01, 0.01], [0.01, 0.01], 1 << 20, "cuda", 0.5, 20, 1000, hold_s=10.0,
+                harness_s=0.0)
+    assert free.per_batch == 256                        # a harness that costs nothing
+    # a dearer harness (a large digest) means fewer calls per batch, never more
+    dear = plan([0.01, 0.01], [0.01, 0.01], 1 << 20, "cuda", 0.5, 20, 1000, hold_s=10.0,
+                harness_s=5e-3)
+    assert dear.per_batch < p.per_batch
+
+
+def test_the_harness_cost_is_the_trusted_batch_wall_less_its_calls():
+    assert harness_per_call(0.012, [1.0] * 10) == pytest.approx(0.2e-3)
+    assert harness_per_call(0.005, [1.0] * 10) == 0.0      # never negative
+    assert harness_per_call(0.005, []) is None
 
 
 # -- what a row is credited ------------------------------------------------------------------

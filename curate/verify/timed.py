@@ -18,50 +18,90 @@ from . import messages as msg
 from .budget import BATCH_HOLD_S
 from .correctness import IDLE_CPU, SETTLE_S, judge_call, scale
 from .findings import Finding
-from .timing import FETCHES, Round, credit, plan as make_plan, speed, typical_ms
+from .timing import (FETCHES, GROUP_HOLD_S, HARNESS_S, Round, credit, harness_per_call,
+                     plan as make_plan, speed, typical_ms)
 
 HARNESS_PARTS = ("before", "after", "digest")   # Batch.harness_ms: evidence, never a verdict
 
 
 def timed_rounds(row, device, cand, judge, cand_ms: list, ref_ms: list, out_bytes: int) -> None:
-    cfg, rng = row.cfg, row.rng
+    _Rounds(row, device, cand, judge, cand_ms, ref_ms, out_bytes).run()
+
+
+class _Rounds:
+    """One row's timed rounds. On the GPU, consecutive rounds share one exclusive hold of the
+    device up to `GROUP_HOLD_S`: each taking of the gate waits for every shared request in
+    flight (a load, a comparison) while new ones queue, so a gate taken per round of a few
+    milliseconds would cost the device far more than the rounds themselves."""
+
+    def __init__(self, row, device, cand, judge, cand_ms: list, ref_ms: list, out_bytes: int):
+        self.row, self.device, self.cand, self.judge = row, device, cand, judge
+        self.sizes = (cand_ms, ref_ms, out_bytes)
+        self.plan = _plan(row, *self.sizes, None)
+        self.rounds: list[Round] = []
+        self.idle = {"cpu_s": 0.0, "wall_s": 0.0}
+        self.harness = {"judge": Counter(), "candidate": Counter()}   # what each side says
+        self.fetch_rounds: set = set()
+        self.r = 0
+
+    def run(self) -> None:
+        row, t_start = self.row, time.monotonic()
+        group_s = GROUP_HOLD_S[row.cfg.device]
+        while self.r < self.plan.rounds:
+            row.phase("waiting to time")
+            with self.device.gate.exclusive(), _quiet(row, {self.cand.pid, self.judge.pid}):
+                row.phase("timing")
+                t_hold = time.monotonic()
+                while True:
+                    t_round = time.monotonic()
+                    if not self._round():
+                        return   # the judge's comparison of the pass decides it: `incorrect`
+                    now = time.monotonic()
+                    if self.r >= self.plan.rounds or now - t_hold + (now - t_round) > group_s:
+                        break
+        row.res.timed_wall_s += time.monotonic() - t_start
+        _decide(row, self.cand, self.rounds, self.idle, self.plan)
+        timed = max(1, sum(len(r.ref_ms) for r in self.rounds))
+        row.res.notes["timing_check"]["harness_ms_per_call"] = {   # set by _decide
+            side: {k: round(v / timed, 4) for k, v in sorted(spent.items())}
+            for side, spent in self.harness.items()}
+
+    def _round(self) -> bool:
+        """Round `r`: both sides' batches on the same calls, the candidate first on even
+        rounds. False when a checked output differs from the reference's."""
+        row, r, cand, judge = self.row, self.r, self.cand, self.judge
+        calls = [[row.rng.randrange(row.cfg.trials), scale(row.rng)]
+                 for _ in range(self.plan.per_batch)]
+        seen = {side.role: _batch(row, side, cand, calls, self.idle, self.plan.cap)
+                for side in ((cand, judge) if r % 2 == 0 else (judge, cand))}
+        (c_wall, c_ms, c_digs, c_h), (j_wall, j_ms, _, j_h) = seen["candidate"], seen["judge"]
+        self.r += 1
+        if r == 0:   # warm-up: not counted; the judge's batch measures the harness's own cost
+            self.plan = _plan(row, *self.sizes, harness_per_call(j_wall, j_ms))
+            n = self.plan.rounds - 1
+            self.fetch_rounds = set(row.rng.sample(range(1, n + 1), min(FETCHES, n)))
+            return True
+        self.harness["candidate"].update(c_h)
+        self.harness["judge"].update(j_h)
+        self.rounds.append(Round(ref_wall=j_wall, ref_ms=j_ms, cand_wall=c_wall, cand_ms=c_ms))
+        if r not in self.fetch_rounds:
+            return True
+        i = row.rng.randrange(len(calls))
+        return judge_call(row, self.device, cand, judge, i, calls[i], digest=c_digs[i],
+                          phase="timing", held=True)
+
+
+def _plan(row, cand_ms: list, ref_ms: list, out_bytes: int, harness_s: float | None):
+    cfg = row.cfg
     plan = make_plan(cand_ms, ref_ms, out_bytes, cfg.device, cfg.time_budget, cfg.min_timed,
-                     cfg.max_timed, BATCH_HOLD_S)
-    fetch_rounds = set(rng.sample(range(1, plan.rounds), min(FETCHES, plan.rounds - 1)))
-    rounds: list[Round] = []
-    idle = {"cpu_s": 0.0, "wall_s": 0.0}
-    harness = {"judge": Counter(), "candidate": Counter()}   # what each side says it spent
+                     cfg.max_timed, BATCH_HOLD_S, harness_s=harness_s)
+    per_call = max(typical_ms(cand_ms), typical_ms(ref_ms)) / 1e3 + (
+        HARNESS_S[cfg.device] if harness_s is None else harness_s)
     # a batch that takes far longer than planned holds the device alone: it is
     # the row's timeout, not every other row's wait
-    cap = row.clock.budget.batch_cap(
-        plan.per_batch * max(typical_ms(cand_ms), typical_ms(ref_ms)) / 1e3)
-    t_start = time.monotonic()
-    for r in range(plan.rounds):
-        calls = [[rng.randrange(cfg.trials), scale(rng)] for _ in range(plan.per_batch)]
-        order = (cand, judge) if r % 2 == 0 else (judge, cand)
-        row.phase("waiting to time")
-        seen = {}
-        with device.gate.exclusive(), _quiet(row, {cand.pid, judge.pid}):
-            row.phase("timing")
-            for side in order:
-                seen[side.role] = _batch(row, side, cand, calls, idle, cap)
-        if r == 0:
-            continue   # warm-up
-        (c_wall, c_ms, c_digs, c_h), (j_wall, j_ms, _, j_h) = seen["candidate"], seen["judge"]
-        harness["candidate"].update(c_h)
-        harness["judge"].update(j_h)
-        rounds.append(Round(ref_wall=j_wall, ref_ms=j_ms, cand_wall=c_wall, cand_ms=c_ms))
-        if r in fetch_rounds:
-            i = rng.randrange(plan.per_batch)
-            if not judge_call(row, device, cand, judge, i, calls[i], digest=c_digs[i],
-                              phase="timing"):
-                return   # the judge's comparison of the pass decides it: `incorrect`
-    row.res.timed_wall_s += time.monotonic() - t_start
-    _decide(row, cand, rounds, idle, plan)
-    timed = max(1, sum(len(r.ref_ms) for r in rounds))
-    row.res.notes["timing_check"]["harness_ms_per_call"] = {   # set by _decide
-        side: {k: round(v / timed, 4) for k, v in sorted(spent.items())}
-        for side, spent in harness.items()}
+    plan.cap = row.clock.budget.batch_cap(plan.per_batch * per_call)
+    plan.harness_s = harness_s
+    return plan
 
 
 def _batch(row, side, cand, calls: list, idle: dict, cap: float
@@ -109,7 +149,9 @@ def _decide(row, cand, rounds: list[Round], idle: dict, plan) -> None:
     for k, v in sp.items():
         setattr(res, k, v)
     res.notes["timing"] = {"rounds": plan.rounds - 1, "per_batch": plan.per_batch,
-                           "fetched": min(FETCHES, plan.rounds - 1), "clock": "parent"}
+                           "fetched": min(FETCHES, plan.rounds - 1), "clock": "parent",
+                           "harness_ms": None if plan.harness_s is None
+                           else round(plan.harness_s * 1e3, 4)}
 
 
 def _quiet(row, pids: set):

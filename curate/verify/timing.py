@@ -31,7 +31,11 @@ import numpy as np
 from .findings import Finding
 
 KEEP_OUTPUT_BYTES = {"cuda": 2 * 2**30, "cpu": 256 * 2**20}  # a timed batch's kept outputs
-BATCH_S = {"cpu": 0.025, "cuda": 0.01}    # a timed batch lasts at least this long (seconds)
+BATCH_S = {"cpu": 0.025, "cuda": 0.02}    # a timed batch lasts at least this long (seconds)
+# what the harness spends per timed call besides the kernel (inputs written, cache flushed,
+# outputs checked and digested), before the judge's warm-up batch has measured it: on the GPU
+# it outweighs a small kernel, so a plan that left it out held the device for seconds per row
+HARNESS_S = {"cpu": 5e-5, "cuda": 1.2e-3}
 FETCHES = 6                               # timed calls whose outputs the judge checks, per row
 # a reported time this far below the parent's clock is a lie, not noise: the row fails
 TIMING_SLACK = {"cpu": (3.0, 2.0), "cuda": (3.0, 0.5)}   # (x ratio, + ms)
@@ -40,12 +44,17 @@ SLOW_FACTOR = 10.0   # a candidate 10x slower than the reference is timed with t
 # counted rounds at most: on the GPU a round's fixed cost (two batches through the device gate)
 # outweighs what more than a dozen samples of a stable kernel add to its interval
 MAX_ROUNDS = {"cpu": 64, "cuda": 12}
+# consecutive rounds share one exclusive hold of the device up to this long (0: one round per
+# hold, as on the CPU, where every other worker is frozen while a pair is timed)
+GROUP_HOLD_S = {"cpu": 0.0, "cuda": 0.5}
 
 
 @dataclass
 class TimingPlan:
     per_batch: int
     rounds: int          # the first round warms up and is not counted
+    cap: float = 0.0     # the longest one batch may take (set by the row's budget)
+    harness_s: float | None = None   # the harness's cost per call it was planned with
 
 
 def typical_ms(ms: list) -> float:
@@ -55,24 +64,36 @@ def typical_ms(ms: list) -> float:
 
 
 def plan(cand_ms: list, ref_ms: list, out_bytes: int, device: str, time_budget: float,
-         min_timed: int, max_timed: int, hold_s: float) -> TimingPlan:
+         min_timed: int, max_timed: int, hold_s: float,
+         harness_s: float | None = None) -> TimingPlan:
     """Calls per batch and rounds: batches long enough that their fixed cost is small beside
     their calls, short enough to hold the device at most `hold_s`, within what a worker may keep
-    of its outputs. A candidate far slower than its reference cannot clear any threshold: it is
-    measured with the fewest calls instead of holding the device."""
+    of its outputs. A call costs its kernel plus the harness's own work (`harness_s`, measured
+    by the parent on the judge's warm-up batch once there is one), and the time budget pays for
+    both. A candidate far slower than its reference cannot clear any threshold: it is measured
+    with the fewest calls instead of holding the device."""
     cand, ref = typical_ms(cand_ms), typical_ms(ref_ms)
-    slower = max(cand, ref, 1e-3) / 1e3
+    harness = HARNESS_S[device] if harness_s is None else max(0.0, harness_s)
+    slower = max(cand, ref, 1e-3) / 1e3 + harness
     keep = KEEP_OUTPUT_BYTES[device]
     per_batch = max(1, min(256, math.ceil(BATCH_S[device] / slower),
                            keep // max(out_bytes, 1) if out_bytes else 256,
                            max(1, int(hold_s / (2 * slower)))))
     if cand > SLOW_FACTOR * max(ref, 1e-6):
         return TimingPlan(per_batch=1, rounds=1 + 4)
-    est = (cand + ref) / 1e3 + 2e-4
+    est = (cand + ref) / 1e3 + 2 * harness
     n_total = int(min(max_timed, max(min_timed, time_budget / max(est, 1e-6))))
     return TimingPlan(per_batch=per_batch,
                       rounds=1 + max(4, min(MAX_ROUNDS[device],
                                             math.ceil(n_total / per_batch))))
+
+
+def harness_per_call(wall_s: float, ms: list) -> float | None:
+    """The harness's own seconds per call in a trusted batch: its wall on the parent's clock
+    less the calls' event times."""
+    if not ms:
+        return None
+    return max(0.0, (wall_s - sum(ms) / 1e3) / len(ms))
 
 
 @dataclass
