@@ -142,7 +142,24 @@ def build_rows(build: Path) -> list[dict]:
     if not stages:
         return []
     keys = ("path", "status", "speedup", "speedup_ci_low", "ref_ms", "kernel_ms", "reasons")
-    return [{k: r.get(k) for k in keys} for r in pq.read_table(stages[-1]).to_pylist()]
+    return [{**{k: r.get(k) for k in keys}, "timing": _timing(r.get("verification"))}
+            for r in pq.read_table(stages[-1]).to_pylist()]
+
+
+def _timing(record) -> dict | None:
+    """How a row was timed and what the parent's clock saw (from its verification record):
+    enough to tell the harness's cost from the kernel's when a figure moves between builds."""
+    try:
+        t = (json.loads(record) if isinstance(record, str) else record or {}).get("timing")
+    except (ValueError, AttributeError):
+        return None
+    if not t:
+        return None
+    check = t.get("check") or {}
+    return {**{k: t.get(k) for k in ("rounds", "per_batch", "fetched", "harness_ms")},
+            **{k: check.get(k) for k in ("reported_ms", "wall_ms", "overhead_ms",
+                                         "overhead_spread_ms", "credited_factor")},
+            "harness_ms_per_call": check.get("harness_ms_per_call")}
 
 
 def _archive(out_dir: Path, archive: Path) -> None:

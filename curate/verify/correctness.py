@@ -4,7 +4,6 @@ candidate goes to the judge (by the transport the parent chose) to be compared."
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 
@@ -82,13 +81,11 @@ def correctness(row, device, cand, judge) -> tuple[list, list, int, bool]:
 
 def judge_call(row, device, cand, judge, index: int, call: list, *, precision: bool = False,
                idle: dict | None = None, digest: int | None = None,
-               phase: str = "correctness", held: bool = False) -> bool:
+               phase: str = "correctness") -> bool:
     """Output `index` of the candidate's last batch, compared by the judge with the reference's
-    output of the same call. False when it differs (the row is then `incorrect`). `held`: the
-    caller holds the device alone already."""
+    output of the same call. False when it differs (the row is then `incorrect`)."""
     transport = fetch_transport(row.run.placement.transport, row.out_bytes)
-    gate = (lambda: contextlib.nullcontext()) if held else device.gate.shared
-    with gate():
+    with device.gate.shared():
         out, fds = cand.ask(msg.Fetch(index=index, transport=transport), phase, (msg.Outputs,),
                             accept_fds=True)
     try:
@@ -96,7 +93,7 @@ def judge_call(row, device, cand, judge, index: int, call: list, *, precision: b
             time.sleep(SETTLE_S)
         cpu0 = cpu_seconds(cand.pid) if idle is not None else None
         t0 = time.perf_counter()
-        with gate():
+        with device.gate.shared():
             cmp, _ = judge.ask(msg.Compare(call=call, outputs=out.outputs, structure=out.structure,
                                            precision=precision, transport=transport,
                                            digest=digest), phase, (msg.Compared,), fds=fds)

@@ -129,7 +129,7 @@ def _pass(sub, device, sides=None) -> None:
     imported: only the reference is loaded again), one correctness trial, the verdict."""
     if sides:
         cand, judge = (sub.side(side.worker, side.role) for side in sides)
-        sub._load(device, judge, cand, reused=True)
+        sub._load(judge, cand, reused=True)
         _judge(sub, device, cand, judge)
         return
     sub.phase("waiting for workers")
@@ -137,7 +137,7 @@ def _pass(sub, device, sides=None) -> None:
     with device.pools["candidate"].hold(env=env) as cw, \
             device.pools["judge"].hold(env=device.env()) as jw:
         cand, judge = sub.side(cw, "candidate"), sub.side(jw, "judge")
-        sub._load(device, judge, cand)   # a reference that fails here is nobody's fault
+        sub._load(judge, cand)   # a reference that fails here is nobody's fault
         _judge(sub, device, cand, judge)
 
 

@@ -3,7 +3,6 @@ device a fresh candidate worker and a fresh judge: load, correctness, timing, ve
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import random
 import time
@@ -197,7 +196,7 @@ class RowRun:
         with device.pools["candidate"].hold(env=env) as cw, \
                 device.pools["judge"].hold(env=device.env()) as jw:
             cand, judge = self.side(cw, "candidate"), self.side(jw, "judge")
-            self._load(device, cand, judge)
+            self._load(cand, judge)
             if first:
                 cand_ms, ref_ms, out_bytes, timed = correctness(self, device, cand, judge)
                 plan = (cand_ms, ref_ms, out_bytes) if timed else None
@@ -218,7 +217,7 @@ class RowRun:
         if second is not None and not second.run(device, sides=(cand, judge), held_gb=need()):
             self.second = second
 
-    def _load(self, device, *sides: Side, reused: bool = False) -> None:
+    def _load(self, *sides: Side, reused: bool = False) -> None:
         """Start both workers (fork, CUDA's start-up) and load them, in the order given;
         `reused`: they served the row's first pass (the candidate keeps its module)."""
         for side in sides:
@@ -229,10 +228,11 @@ class RowRun:
                 except Exception as exc:  # noqa: BLE001 - the worker could not even start
                     self._end("crashed", f"{side.role}_start_failed", error=str(exc))
             self.phase(f"{side.role} load")
-            gate = device.gate.shared() if side.role == "judge" else contextlib.nullcontext()
-            with gate:
-                reply, _ = side.ask(self.load_request(side.role, keep_candidate=reused),
-                                    "load", (msg.Loaded,))
+            # no device gate, for either side: a load is mostly imports and building on the
+            # host, and a load held shared made every timed hold wait for it while the rows
+            # behind that hold queued (the candidate's load, untrusted, never took the gate)
+            reply, _ = side.ask(self.load_request(side.role, keep_candidate=reused),
+                                "load", (msg.Loaded,))
             self.run.remember_env(reply.env)
             if side.role == "judge":   # the trusted side's view, for the row's record
                 self.res.notes.setdefault("judge_env", reply.env)
