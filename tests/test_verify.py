@@ -587,10 +587,11 @@ def test_a_candidate_that_hangs_in_its_timed_calls_holds_the_device_only_briefly
     assert res["cpp_honest"].status == "verified"
 
 
-def test_rounds_share_one_hold_of_the_device_up_to_a_checked_output(cache_dir, monkeypatch):
+def test_rounds_share_one_hold_of_the_device_and_check_outputs_inside_it(cache_dir,
+                                                                         monkeypatch):
     """Where consecutive rounds share an exclusive hold (as on the GPU), the gate is taken
-    fewer times than there are rounds: once per round whose output the judge checks (that
-    check runs after the hold), and once more at most."""
+    far fewer times than there are rounds, and the timed outputs checked inside the hold are
+    compared without waiting for the gate the row itself holds."""
     from curate.verify import timing
     from curate.verify.scheduler import DeviceGate
     monkeypatch.setitem(timing.GROUP_HOLD_S, "cpu", 30.0)
@@ -607,7 +608,7 @@ def test_rounds_share_one_hold_of_the_device_up_to_a_checked_output(cache_dir, m
     assert res.status == "verified", (res.status, res.reasons, res.error)
     timed = res.notes["timing"]
     assert timed["rounds"] > timed["fetched"] >= 1, timed
-    assert len(taken) <= timed["fetched"] + 1, (len(taken), timed)
+    assert len(taken) <= (timed["rounds"] + 1) // 2, (len(taken), timed)
     assert timed["harness_ms"] is not None and timed["harness_ms"] >= 0
 
 

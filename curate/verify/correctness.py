@@ -4,6 +4,7 @@ candidate goes to the judge (by the transport the parent chose) to be compared."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -81,11 +82,13 @@ def correctness(row, device, cand, judge) -> tuple[list, list, int, bool]:
 
 def judge_call(row, device, cand, judge, index: int, call: list, *, precision: bool = False,
                idle: dict | None = None, digest: int | None = None,
-               phase: str = "correctness") -> bool:
+               phase: str = "correctness", held: bool = False) -> bool:
     """Output `index` of the candidate's last batch, compared by the judge with the reference's
-    output of the same call. False when it differs (the row is then `incorrect`)."""
+    output of the same call. False when it differs (the row is then `incorrect`). `held`: the
+    caller holds the device alone already."""
     transport = fetch_transport(row.run.placement.transport, row.out_bytes)
-    with device.gate.shared():
+    gate = (lambda: contextlib.nullcontext()) if held else device.gate.shared
+    with gate():
         out, fds = cand.ask(msg.Fetch(index=index, transport=transport), phase, (msg.Outputs,),
                             accept_fds=True)
     try:
@@ -93,7 +96,7 @@ def judge_call(row, device, cand, judge, index: int, call: list, *, precision: b
             time.sleep(SETTLE_S)
         cpu0 = cpu_seconds(cand.pid) if idle is not None else None
         t0 = time.perf_counter()
-        with device.gate.shared():
+        with gate():
             cmp, _ = judge.ask(msg.Compare(call=call, outputs=out.outputs, structure=out.structure,
                                            precision=precision, transport=transport,
                                            digest=digest), phase, (msg.Compared,), fds=fds)

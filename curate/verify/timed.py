@@ -30,10 +30,10 @@ def timed_rounds(row, device, cand, judge, cand_ms: list, ref_ms: list, out_byte
 
 class _Rounds:
     """One row's timed rounds. On the GPU, consecutive rounds share one exclusive hold of the
-    device up to `GROUP_HOLD_S` or up to a round whose output the judge checks: each taking of
-    the gate waits for every shared request in flight (a comparison, a fetch) while new ones
-    queue, so a gate taken per round of a few milliseconds would cost the device far more than
-    the rounds themselves."""
+    device up to `GROUP_HOLD_S`, the checks of timed outputs included: each taking of the gate
+    waits for every shared request in flight (a comparison, a fetch) while new ones queue, so
+    a gate taken per round of a few milliseconds would cost the device far more than the
+    rounds themselves."""
 
     def __init__(self, row, device, cand, judge, cand_ms: list, ref_ms: list, out_bytes: int):
         self.row, self.device, self.cand, self.judge = row, device, cand, judge
@@ -55,15 +55,11 @@ class _Rounds:
                 t_hold = time.monotonic()
                 while True:
                     t_round = time.monotonic()
-                    check = self._round()
+                    if not self._round():
+                        return   # the judge's comparison of the pass decides it: `incorrect`
                     now = time.monotonic()
-                    if check or self.r >= self.plan.rounds or \
-                            now - t_hold + (now - t_round) > group_s:
+                    if self.r >= self.plan.rounds or now - t_hold + (now - t_round) > group_s:
                         break
-            # a checked output goes to the judge after the hold, as a correctness call's does
-            if check and not judge_call(row, self.device, self.cand, self.judge, check[0],
-                                        check[1], digest=check[2], phase="timing"):
-                return   # the judge's comparison of the pass decides it: `incorrect`
         row.res.timed_wall_s += time.monotonic() - t_start
         _decide(row, self.cand, self.rounds, self.idle, self.plan)
         timed = max(1, sum(len(r.ref_ms) for r in self.rounds))
@@ -71,10 +67,9 @@ class _Rounds:
             side: {k: round(v / timed, 4) for k, v in sorted(spent.items())}
             for side, spent in self.harness.items()}
 
-    def _round(self) -> tuple | None:
+    def _round(self) -> bool:
         """Round `r`: both sides' batches on the same calls, the candidate first on even
-        rounds. Returns the call whose output the judge is to check (index, call, the
-        candidate's digest of it), if the run's secret picked this round."""
+        rounds. False when a checked output differs from the reference's."""
         row, r, cand, judge = self.row, self.r, self.cand, self.judge
         calls = [[row.rng.randrange(row.cfg.trials), scale(row.rng)]
                  for _ in range(self.plan.per_batch)]
@@ -86,14 +81,15 @@ class _Rounds:
             self.plan = _plan(row, *self.sizes, harness_per_call(j_wall, j_ms))
             n = self.plan.rounds - 1
             self.fetch_rounds = set(row.rng.sample(range(1, n + 1), min(FETCHES, n)))
-            return None
+            return True
         self.harness["candidate"].update(c_h)
         self.harness["judge"].update(j_h)
         self.rounds.append(Round(ref_wall=j_wall, ref_ms=j_ms, cand_wall=c_wall, cand_ms=c_ms))
         if r not in self.fetch_rounds:
-            return None
+            return True
         i = row.rng.randrange(len(calls))
-        return i, calls[i], c_digs[i]
+        return judge_call(row, self.device, cand, judge, i, calls[i], digest=c_digs[i],
+                          phase="timing", held=True)
 
 
 def _plan(row, cand_ms: list, ref_ms: list, out_bytes: int, harness_s: float | None):
