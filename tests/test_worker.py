@@ -754,3 +754,17 @@ def test_closeness_is_read_chunk_by_chunk(monkeypatch):
     far = a.clone()
     far[18] += 1.0
     assert not state.close(a, far)
+
+
+def test_a_fetch_between_timed_rounds_keeps_the_allocator_cache(monkeypatch):
+    """Releasing an earlier export at a fetch must not empty torch's cache: the next timed
+    batch would then allocate from the driver inside the clock, which the judge never does.
+    The Release request (a worker going idle) still empties it."""
+    emptied = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
+    transport._HELD.append(torch.zeros(4))
+    assert transport.release(empty_cache=False) == 1 and emptied == []
+    transport._HELD.append(torch.zeros(4))
+    assert transport.release() == 1 and emptied == [1]

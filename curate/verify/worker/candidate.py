@@ -141,7 +141,7 @@ def fetch(s: Session, req: Fetch) -> Reply:
     if not s.kept or not 0 <= req.index < len(s.kept):
         raise RuntimeError(f"no kept output {req.index}")
     items, struct = s.kept[req.index]
-    transport.release()
+    transport.release(empty_cache=False)
     try:
         desc, fds = transport.send(items, req.transport)
         value = digest(items)

@@ -47,8 +47,11 @@ def held_bytes() -> int:
     return sum(t.untyped_storage().nbytes() for t in _HELD) + sum(n for _, n in _HELD_FD)
 
 
-def release() -> int:
-    """Drop what this worker exported (the judge has finished with it). Returns the count."""
+def release(empty_cache: bool = True) -> int:
+    """Drop what this worker exported (the judge has finished with it). Returns the count.
+    `empty_cache` False (a fetch between timed rounds): torch's cached blocks stay, so the next
+    timed batch allocates from the cache as the judge's does, not from the driver inside the
+    clock, a cost the judge never pays and the parent's clock would charge to the candidate."""
     n = len(_HELD) + len(_HELD_FD)
     _HELD.clear()
     if _HELD_FD:
@@ -58,7 +61,8 @@ def release() -> int:
         _HELD_FD.clear()
     if n and torch.cuda.is_available():
         torch.cuda.synchronize()
-        torch.cuda.empty_cache()
+        if empty_cache:
+            torch.cuda.empty_cache()
     return n
 
 
