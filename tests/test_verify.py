@@ -718,3 +718,36 @@ def test_device_gate_waits_for_a_hanging_holder_once():
         waited = time.monotonic() - t0
     t.join(5)
     assert waited > 0.1, waited
+
+
+@pytest.mark.parametrize("out_bytes", [64 * 256 * 4, 2**40])
+def test_rows_keep_their_status_when_the_candidate_runs_beside_the_reference(
+        cache_dir, monkeypatch, out_bytes):
+    """Where the reference's output size is known ahead (the GPU's compile ahead), the
+    candidate's first correctness batch runs while the judge computes the reference: all calls
+    in one batch, or the first of one-by-one calls (`out_bytes` past `keep_bytes`). Statuses
+    stay what the sequential phase gives, and a reference that fails still decides the row
+    whatever the candidate did."""
+    from curate.verify import correctness
+    together = []
+    original = correctness._together
+
+    def counted(*a, **k):
+        together.append(1)
+        return original(*a, **k)
+
+    monkeypatch.setattr(correctness, "_known_out_bytes", lambda row: out_bytes)
+    monkeypatch.setattr(correctness, "_together", counted)
+    broken_ref = REF.replace("return x * 2.0 + y + self.bias",
+                             "raise RuntimeError('the reference fails')")
+    rows = [pair("triton_honest"), pair("triton_wrong"), pair("hostile_raise"),
+            {**pair("hostile_raise", ref=broken_ref), "id": "both_fail"}]
+    with Verifier(device="cpu", workers=2, timeout=60, cache_dir=cache_dir,
+                  gates=False) as v:
+        res = {rows[i]["id"]: r for i, r in v.verify(rows)}
+    got = {k: r.status for k, r in res.items()}
+    assert got == {"triton_honest": "verified", "triton_wrong": "incorrect",
+                   "hostile_raise": "runtime_error", "both_fail": "reference_error"}, \
+        {k: (r.status, r.reasons, r.error) for k, r in res.items()}
+    assert len(together) >= 4   # every row once (a second shape may run it again)
+    assert bool(res["triton_honest"].notes.get("correctness_one_by_one")) == (out_bytes > 2**30)

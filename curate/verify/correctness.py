@@ -42,22 +42,31 @@ def correctness_calls(rng, trials: int) -> list[list]:
 def correctness(row, device, cand, judge) -> tuple[list, list, int, bool]:
     """Returns the candidate's and the reference's per-call times of these calls (to plan the
     timing from), the candidate's output size, and whether the row is to be timed. Outputs
-    too large to keep together (`keep_bytes`) go one call at a time: run, fetch, compare."""
+    too large to keep together (`keep_bytes`) go one call at a time: run, fetch, compare.
+    Where the reference's output size is known before it runs (the GPU's compile ahead), the
+    candidate's first batch runs while the judge computes the reference's outputs."""
     cfg = row.cfg
     calls = correctness_calls(row.rng, cfg.trials)
+    request = msg.Reference(calls=calls, keep_bytes=cfg.keep_bytes)
+    batches = _batches(calls, _known_out_bytes(row), cfg.keep_bytes)
+    early = None
     with device.gate.shared():
-        ref, _ = judge.ask(msg.Reference(calls=calls, keep_bytes=cfg.keep_bytes),
-                           "correctness", (msg.Batch,))
+        if batches is None:
+            ref, _ = judge.ask(request, "correctness", (msg.Batch,))
+        else:
+            ref, early = _together(row, cand, judge, request, batches[0])
+    if batches is None:
+        batches = _batches(calls, ref.out_bytes, cfg.keep_bytes)
     first_unscaled = next(i for i, c in enumerate(calls) if c == [0, 1.0])
     timed = cfg.device == "cuda" or row.backend == "cpp"
     idle = None if timed else {"cpu_s": 0.0, "wall_s": 0.0}
-    one_by_one = not msg.kept_together(ref.out_bytes, len(calls), cfg.keep_bytes)
-    batches = [(i, [c]) for i, c in enumerate(calls)] if one_by_one else [(0, calls)]
     ms, wall, ok = [], 0.0, True
     for first, batch in batches:
-        with device.gate.shared():
-            run, _ = cand.ask(msg.Calls(calls=batch, check=len(batch), keep=True, first=first),
-                              "correctness", (msg.Batch,))
+        if early is not None and first == batches[0][0]:
+            run = early
+        else:
+            with device.gate.shared():
+                run, _ = cand.ask(_calls_request(first, batch), "correctness", (msg.Batch,))
         ms += list(run.ms)
         wall += cand.last_wall
         row.out_bytes = int(run.out_bytes)
@@ -70,7 +79,7 @@ def correctness(row, device, cand, judge) -> tuple[list, list, int, bool]:
         if not ok:
             break
     row.res.notes["correctness_s"] = round(wall, 3)
-    if one_by_one:
+    if len(batches) > 1:
         row.res.notes["correctness_one_by_one"] = True
     if idle is not None:
         row.res.notes["idle_cpu_s"] = round(idle["cpu_s"], 4)
@@ -78,6 +87,44 @@ def correctness(row, device, cand, judge) -> tuple[list, list, int, bool]:
             cand.take([Finding("work_outside_call", "fail")])
     ok = row.res.status != "incorrect"
     return ms, list(ref.ms), row.out_bytes, timed and ok
+
+
+def _calls_request(first: int, batch: list) -> msg.Calls:
+    return msg.Calls(calls=batch, check=len(batch), keep=True, first=first)
+
+
+def _known_out_bytes(row) -> int | None:
+    """The reference's output size before it runs: measured by the compile ahead (GPU)."""
+    size = row.size_gb or {}
+    return None if size.get("outputs") is None else int(size["outputs"] * 2**30)
+
+
+def _batches(calls: list, out_bytes: int | None, keep_bytes: int) -> list | None:
+    """The candidate's correctness batches as (first call, calls): all at once where their
+    outputs fit in `keep_bytes` together, else one call at a time (None: size unknown)."""
+    if out_bytes is None:
+        return None
+    if msg.kept_together(out_bytes, len(calls), keep_bytes):
+        return [(0, calls)]
+    return [(i, [c]) for i, c in enumerate(calls)]
+
+
+def _together(row, cand, judge, request: msg.Reference, batch: tuple) -> tuple:
+    """The reference's outputs and the candidate's first batch at once, in their two
+    processes; the judge's reply is read first (a reference that fails decides the row,
+    whatever the candidate did)."""
+    first, calls = batch
+    ref_pending = judge.begin(request, "correctness", (msg.Batch,))
+    cand_pending = cand.begin(_calls_request(first, calls), "correctness", (msg.Batch,))
+    try:
+        row.phase("judge reference")
+        ref, _ = ref_pending.wait()
+        row.phase("candidate calls")
+        run, _ = cand_pending.wait()
+    finally:
+        ref_pending.drop()
+        cand_pending.drop()
+    return ref, run
 
 
 def judge_call(row, device, cand, judge, index: int, call: list, *, precision: bool = False,

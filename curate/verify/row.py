@@ -218,8 +218,12 @@ class RowRun:
             self.second = second
 
     def _load(self, *sides: Side, reused: bool = False) -> None:
-        """Start both workers (fork, CUDA's start-up) and load them, in the order given;
-        `reused`: they served the row's first pass (the candidate keeps its module)."""
+        """Start both workers (fork, CUDA's start-up), then load them at once: the first side
+        given in this thread, the others in the background, their replies read in the order
+        given (a row the first side ends never waits on the others' verdicts). `reused`: they
+        served the row's first pass (the candidate keeps its module). No device gate for
+        either: a load is mostly imports and building on the host, and a load held shared
+        made every timed hold wait for it while the rows behind that hold queued."""
         for side in sides:
             if not reused:
                 self.phase(f"starting the {side.role} worker")
@@ -227,12 +231,19 @@ class RowRun:
                     side.worker.start()
                 except Exception as exc:  # noqa: BLE001 - the worker could not even start
                     self._end("crashed", f"{side.role}_start_failed", error=str(exc))
-            self.phase(f"{side.role} load")
-            # no device gate, for either side: a load is mostly imports and building on the
-            # host, and a load held shared made every timed hold wait for it while the rows
-            # behind that hold queued (the candidate's load, untrusted, never took the gate)
-            reply, _ = side.ask(self.load_request(side.role, keep_candidate=reused),
-                                "load", (msg.Loaded,))
+        first, rest = sides[0], sides[1:]
+        pending = [s.begin(self.load_request(s.role, keep_candidate=reused), "load",
+                           (msg.Loaded,)) for s in rest]
+        try:
+            replies = [(first, first.ask(self.load_request(first.role, keep_candidate=reused),
+                                         "load", (msg.Loaded,))[0])]
+            for side, p in zip(rest, pending):
+                self.phase(f"{side.role} load")   # the part of its load the first did not hide
+                replies.append((side, p.wait()[0]))
+        finally:
+            for p in pending:
+                p.drop()
+        for side, reply in replies:
             self.run.remember_env(reply.env)
             if side.role == "judge":   # the trusted side's view, for the row's record
                 self.res.notes.setdefault("judge_env", reply.env)

@@ -6,6 +6,7 @@ row's result already decided, so a row's phases read as a straight line."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 from . import messages as msg
@@ -38,19 +39,33 @@ class Side:
         """Send `request`; the reply if it is one of `expect` and not a failure. Returns
         `(reply, fds)`: descriptors that came with it belong to the caller. `cap` bounds this
         request below the phase's budget (a timed batch that holds the device alone)."""
-        limit = self.clock.limit(phase)
-        if cap is not None:
-            limit = min(limit, cap)
-        if limit <= 0:
-            self._end("timeout", f"{phase}_deadline",
-                      error=f"the row's {phase} budget was spent before its {request.kind}")
+        limit = self._limit(request, phase, cap)
         self.on_phase(f"{self.role} {request.kind}")
         kwargs = {"fds": fds, "accept_fds": accept_fds}
         if compiler_grace:
             kwargs["compiler_grace"] = compiler_grace
         t0 = time.perf_counter()
         tr = self.worker.call(msg.encode(request), limit, **kwargs)
-        self.last_wall = time.perf_counter() - t0
+        return self._received(tr, time.perf_counter() - t0, phase, expect)
+
+    def begin(self, request: msg.Message, phase: str, expect: tuple) -> Pending:
+        """Send `request` and return at once, so this side works while the caller asks the
+        other; `Pending.wait()` reads the reply in the caller's thread (only that thread writes
+        the row's result). No descriptors either way."""
+        limit = self._limit(request, phase, None)
+        return Pending(self, msg.encode(request), limit, phase, expect)
+
+    def _limit(self, request: msg.Message, phase: str, cap: float | None) -> float:
+        limit = self.clock.limit(phase)
+        if cap is not None:
+            limit = min(limit, cap)
+        if limit <= 0:
+            self._end("timeout", f"{phase}_deadline",
+                      error=f"the row's {phase} budget was spent before its {request.kind}")
+        return limit
+
+    def _received(self, tr, wall: float, phase: str, expect: tuple):
+        self.last_wall = wall
         self.clock.charge(phase, tr.seconds - (getattr(tr, "compiler_s", 0.0) or 0.0))
         try:
             return self._reply(tr, expect), list(tr.fds)
@@ -101,6 +116,41 @@ class Side:
         else:
             self.res.end(status, *reasons, error=error)
         raise RowOver
+
+
+class Pending:
+    """A request in flight on a side, sent from a thread of its own (`Side.begin`)."""
+
+    def __init__(self, side: Side, task: dict, limit: float, phase: str, expect: tuple):
+        self.side, self.phase, self.expect = side, phase, expect
+        self._box: dict = {}
+        self._thread = threading.Thread(target=self._call, args=(task, limit), daemon=True,
+                                        name=f"{side.role}-{task.get('kind', 'request')}")
+        self._thread.start()
+
+    def _call(self, task: dict, limit: float) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._box["tr"] = self.side.worker.call(task, limit)
+        except BaseException as exc:  # noqa: BLE001 - raised again by wait()
+            self._box["exc"] = exc
+        self._box["wall"] = time.perf_counter() - t0
+
+    def wait(self):
+        """The reply, as `Side.ask` returns it (the row may end here: `RowOver`)."""
+        self._thread.join()
+        if "exc" in self._box:
+            raise self._box["exc"]
+        self._box["read"] = True
+        return self.side._received(self._box["tr"], self._box["wall"], self.phase,
+                                   self.expect)
+
+    def drop(self) -> None:
+        """Wait for the request to end and discard its reply (the row ended meanwhile)."""
+        self._thread.join()
+        tr = self._box.get("tr")
+        if tr is not None and not self._box.get("read"):
+            _close(tr.fds)
 
 
 def _safe_notes(notes: dict) -> dict:
