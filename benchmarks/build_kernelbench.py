@@ -145,8 +145,10 @@ def verify_phases(ledger) -> dict:
     total: dict[str, float] = {}
     rows = 0
     for _, rec in verified_records(ledger):
-        phases = rec.get("phases_s") or {}
+        phases = dict(rec.get("phases_s") or {})
         rows += bool(phases)
+        for side, work in (rec.get("work_s") or {}).items():   # inside the workers' requests
+            phases.update({f"{side} work: {k}": v for k, v in (work or {}).items()})
         for name, s in phases.items():
             total[name] = total.get(name, 0.0) + s
     if not rows:

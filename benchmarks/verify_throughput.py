@@ -159,6 +159,7 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
         "phase_median_s": _phase_medians(results),
         "phase_total_s": _phase_totals(results),
         "phase_share": _phase_shares(results),
+        "work_total_s": _work_totals(results),
         "memory": memory_fit(results),
         "rows": {k: {"status": r.status, "speedup": r.speedup, "ci": [r.speedup_ci_low,
                                                                       r.speedup_ci_high],
@@ -166,7 +167,7 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
                      "seconds": round(r.seconds, 2), "reasons": r.reasons,
                      "device": r.device_index,
                      "notes": {k: r.notes.get(k) for k in _PHASES + (
-                         "phases_s", "budget_s", "timing_check", "timing", "peak_gb", "judge_peak_gb",
+                         "phases_s", "judge_work_s", "worker_work_s", "budget_s", "timing_check", "timing", "peak_gb", "judge_peak_gb",
                          "peak_reserved_gb", "judge_peak_reserved_gb",
                          "alone_retry", "patched", "size_gb")},
                      "error": (r.error or "")[:300] or None}
@@ -220,6 +221,16 @@ def _phase_totals(results: dict) -> dict:
     tot = Counter()
     for r in results.values():
         tot.update(r.notes.get("phases_s") or {})
+    return {k: round(v, 1) for k, v in tot.most_common()}
+
+
+def _work_totals(results: dict) -> dict:
+    """Seconds inside the workers' requests by part, summed over rows (the judge's and, as the
+    candidate's worker says, its own): what a phase such as `judge compare` is made of."""
+    tot = Counter()
+    for r in results.values():
+        for side, key in (("judge", "judge_work_s"), ("candidate", "worker_work_s")):
+            tot.update({f"{side}: {k}": v for k, v in (r.notes.get(key) or {}).items()})
     return {k: round(v, 1) for k, v in tot.most_common()}
 
 
@@ -563,6 +574,11 @@ def print_table(report: dict) -> None:
         print("  share of row-seconds by phase, run 1 (waiting included):")
         for k, v in list(shares.items())[:14]:
             print(f"    {k:<{w - 2}}  {v:>10.3f}")
+    work = (report.get("run1") or {}).get("work_total_s") or {}
+    if work:
+        print("  seconds inside the workers' requests by part, run 1 (summed over rows):")
+        for k, v in list(work.items())[:14]:
+            print(f"    {k:<{w - 2}}  {v:>10.1f}")
 
 
 if __name__ == "__main__":

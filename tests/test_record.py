@@ -91,6 +91,12 @@ def test_a_verified_row_records_what_was_checked_on_what(verified):
     assert rec["second_shape"]["reused_workers"] is True
     assert not any(k.startswith("second shape starting") for k in res.notes["phases_s"])
     assert rec["second_opinion"]["tool"] == "kernelguard"
+    # inside the workers' requests, by part: the judge's loading, receiving and comparing,
+    # and the candidate's worker's checks of its correctness calls and its exports
+    work = rec["work_s"]
+    assert {"load_model", "load_sets", "receive", "compare", "precision"} <= set(work["judge"])
+    assert {"gates", "export"} <= set(work["candidate"])
+    assert all(v >= 0 for side in work.values() for v in side.values())
 
 
 def test_a_rejected_row_records_what_failed_and_where(verified):

@@ -49,6 +49,7 @@ def assemble(verifier, row: dict, run, res) -> str:
         "second_shape": notes.get("second_shape") or {"checked": False, "why": "not_verified"},
         "second_opinion": second_opinion(row.get("kernel_code")),
         "phases_s": notes.get("phases_s"),
+        "work_s": {"judge": notes.get("judge_work_s"), "candidate": notes.get("worker_work_s")},
         "memory": memory(notes),
     }
     return json.dumps(_plain(rec), sort_keys=True, separators=(",", ":"))

@@ -116,6 +116,7 @@ def _calls(s: Session, req: Calls, planned: list[tuple[int, float]]) -> Reply:
         if i >= req.check:
             return
         k, scale = planned[i]
+        t_gates = TIMERS.perf_counter()
         pristine = s.runner.pristine(k, scale)
         if not inputs_equal(args, pristine):
             s.ctx.flag("input_mutated")
@@ -126,6 +127,7 @@ def _calls(s: Session, req: Calls, planned: list[tuple[int, float]]) -> Reply:
         run_hook(s.checks, "after_call", s.ctx, CandidateCall(
             trial=req.first + i, seed=k, inplace=req.first + i > 0, inputs=args,
             pristine=pristine, outputs=copy, structure=struct, scale=scale))
+        s.spent("gates", t_gates)
 
     s.kept = None  # the previous batch's outputs go before this batch allocates
     batch = s.runner.run(planned, keep=req.keep, after=after, first=req.first)
@@ -141,12 +143,14 @@ def fetch(s: Session, req: Fetch) -> Reply:
     if not s.kept or not 0 <= req.index < len(s.kept):
         raise RuntimeError(f"no kept output {req.index}")
     items, struct = s.kept[req.index]
+    t0 = TIMERS.perf_counter()
     transport.release(empty_cache=False)
     try:
         desc, fds = transport.send(items, req.transport)
         value = digest(items)
     except BaseException as exc:  # noqa: BLE001 - outputs the transport cannot carry
         return _failed(s, classify_exception(exc, "call"))
+    s.spent("export", t0)
     if fds:
         worker.reply_fds(fds)
     return Outputs(outputs=desc, structure=struct, digest=value)
@@ -160,6 +164,7 @@ def finish(s: Session) -> Reply:
     run_hook(s.checks, "finish", ctx)
     notes = ctx.notes
     notes.update(peak_notes(s.device))
+    notes["worker_work_s"] = s.work_notes()
     notes["persisting_l2_reset"] = reset_persisting_l2() if s.device == "cuda" else None
     patched = tampered_library()
     if patched:  # torch, F, Tensor methods or timers replaced for the whole process

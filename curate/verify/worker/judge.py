@@ -48,13 +48,19 @@ def load(req: Load) -> Reply:
     reset_peak(s.device)   # this row's peak, not an earlier row's
     s.checks = load_checks("judge") if s.gates else []
     try:
+        t0 = TIMERS.perf_counter()
         mod = load_program(req.pytorch_code, f"curate_ref_{s.tag}")
         model = build_model(mod.Model, init_args(mod, req.seed_init, s.device), req.seed_init,
                             s.device)
         s.ctx.ref_module, s.ctx.ref_model = mod, model
+        s.spent("load_model", t0)
+        t0 = TIMERS.perf_counter()
         sets = base_sets(mod, req.seeds, s.device, req.poke, req.keep_bytes)
         s.use_runner(CallRunner(model, sets, s.device, TIMERS, flush_for(s.device)))
+        s.spent("load_sets", t0)
+        t0 = TIMERS.perf_counter()
         inputs = describe_sets(sets, len(req.seeds))
+        s.spent("load_describe", t0)
     except BaseException as exc:  # noqa: BLE001 - classify_exception raises Ctrl-C again
         return reference_failed(exc, s.device)
     return Loaded(env=env_info(s.device), inputs=inputs)
@@ -99,10 +105,12 @@ def reference(s: Session, calls: list, keep_bytes: int) -> Reply:
         s.ctx.ref_outputs = [s.ref_out[c] for c in s.ref_calls]
     else:
         s.ctx.ref_outputs = Recomputed(s, s.ref_calls)
+    t0 = TIMERS.perf_counter()
     try:
         run_hook(s.checks, "after_reference", s.ctx)
     finally:
         s.ctx.ref_outputs = None
+        s.spent("reference_checks", t0)
     if keep:
         return batch_reply(s, first.ms + rest.ms, first.outputs + rest.outputs)
     s.kept = None   # nothing of them stays: each is computed again when compared
@@ -139,6 +147,7 @@ def compare_call(s: Session, req: Compare) -> Reply:
     except BaseException as exc:  # noqa: BLE001
         return reference_failed(exc, s.device)
     where = f"call {call[0]}/{call[1]}"
+    t0 = TIMERS.perf_counter()
     try:
         items = transport.receive(req.outputs, s.device, worker.task_fds(), req.transport)
     except Exception as exc:  # noqa: BLE001 - a hostile or broken description
@@ -146,11 +155,16 @@ def compare_call(s: Session, req: Compare) -> Reply:
     if req.digest is not None and digest(items) != req.digest:
         return _refuse(s, "digest_mismatch",
                        f"{where}: the outputs received are not the ones committed to")
+    s.spent("receive", t0)
     try:
+        t0 = TIMERS.perf_counter()
         cmp = compare(ref_items, items, ref_struct, req.structure)
         s.total.merge(cmp)
+        s.spent("compare", t0)
         if cmp.ok and req.precision and s.gates and not s.precision:
+            t0 = TIMERS.perf_counter()
             _precision(s, call, ref_items, items)
+            s.spent("precision", t0)
     except BaseException as exc:  # noqa: BLE001
         return reference_failed(exc, s.device)
     return Compared(ok=cmp.ok, findings=list(s.ctx.findings))
@@ -172,6 +186,7 @@ def finish(s: Session) -> Reply:
     """The row's comparison; when it failed, whether the reference itself is stable (a float32
     reference its own float64 run does not reproduce cannot judge anyone)."""
     if not s.total.ok and s.gates and s.ref_calls:
+        t0 = TIMERS.perf_counter()
         (k, scale) = s.ref_calls[0]
         ref_items, _ = _reference_of(s, (k, scale))
         unstable = reference_instability(s.ctx.ref_model, s.runner.pristine(k, scale),
@@ -179,10 +194,12 @@ def finish(s: Session) -> Reply:
         if unstable:
             s.ctx.flag("reference_unstable", fatal=True, status="degenerate_reference")
             s.ctx.notes["reference_vs_float64"] = unstable
+        s.spent("stability", t0)
     t = s.total
     peak = peak_notes(s.device, "judge_")
     return Finished(env=env_info(s.device), findings=list(s.ctx.findings),
-                    notes={**s.ctx.notes, **s.precision, **peak},
+                    notes={**s.ctx.notes, **s.precision, **peak,
+                           "judge_work_s": s.work_notes()},
                     comparison={"ok": t.ok, "reasons": t.reasons, "max_abs_err": t.max_abs_err,
                                 "max_rel_err": t.max_rel_err, "detail": t.detail,
                                 "outputs": t.outputs})

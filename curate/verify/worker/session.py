@@ -7,6 +7,7 @@ its worker is replaced).
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from types import ModuleType
 
@@ -38,6 +39,15 @@ class Session:
     precision: dict = field(default_factory=dict)
     timed_started: bool = False
     keep_bytes: int | None = None                   # Load.keep_bytes
+    # seconds of this worker's own work by part (evidence for the stats: where a row's time
+    # goes inside a request, e.g. the judge's compare between receiving and its float64 run)
+    work_s: Counter = field(default_factory=Counter)
+
+    def spent(self, part: str, since: float) -> None:
+        self.work_s[part] += TIMERS.perf_counter() - since
+
+    def work_notes(self) -> dict:
+        return {k: round(v, 4) for k, v in sorted(self.work_s.items())}
 
     @classmethod
     def start(cls, req: Load) -> "Session":
