@@ -73,6 +73,12 @@ BENCHES = [
                            "{out}"], 540, needs_kb=True,
           headline="false_positives,honest_checked,sets.identity.cost_share,"
                    "sets.inductor.cost_share"),
+    # whether rows in flight bound verify: the same pairs with 12 worker pairs instead of 8
+    Bench("verify_throughput_w12", [
+        "benchmarks/verify_throughput.py", "--kernelbench", "{kb}", "--device", "cuda",
+        "--pairs", "{dir}/tp_pairs.jsonl", "--runs", "1", "--serial", "0", "--workers", "12",
+        "--timeout", "60", "--deadline", "{deadline}", "--out", "{out}"], 300, needs_kb=True,
+          headline="figures"),
     # the sandbox's cost: the same pairs with the sandbox off (compare with verify_throughput)
     Bench("verify_throughput_sandbox_off", [
         "benchmarks/verify_throughput.py", "--kernelbench", "{kb}", "--device", "cuda",
