@@ -143,7 +143,10 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
                  "confine_probe": v.placement.confine_probe,
                  "probe_s": v.placement.probe_s, "memory_gb": [d.memory.capacity
                                                                for d in v.devices],
-                 "transport": v.transport, "sandbox": v.sandbox}
+                 "transport": v.transport, "sandbox": v.sandbox,
+                 # where each device's time went: held alone by timed batches, their waits for
+                 # it, and shared requests' waits behind them
+                 "device_gate": {d.name: d.gate.report() for d in v.devices}}
     wall = time.monotonic() - t0
     timed = sum(r.timed_wall_s for r in results.values())
     return {
@@ -574,7 +577,15 @@ def print_table(report: dict) -> None:
         print("  share of row-seconds by phase, run 1 (waiting included):")
         for k, v in list(shares.items())[:14]:
             print(f"    {k:<{w - 2}}  {v:>10.3f}")
-    work = (report.get("run1") or {}).get("work_total_s") or {}
+    run1 = report.get("run1") or {}
+    for dev, g in ((run1.get("pool") or {}).get("device_gate") or {}).items():
+        wall = run1.get("wall_s") or 0
+        print(f"  {dev}: held alone {g['exclusive_held_s']:.1f} s"
+              + (f" ({g['exclusive_held_s'] / wall:.0%} of the wall)" if wall else "")
+              + f" in {g['exclusive']} holds; timed batches waited {g['exclusive_wait_s']:.1f} s;"
+              f" {g['shared_waited']} of {g['shared']} shared requests waited"
+              f" {g['shared_wait_s']:.1f} s behind them")
+    work = run1.get("work_total_s") or {}
     if work:
         print("  seconds inside the workers' requests by part, run 1 (summed over rows):")
         for k, v in list(work.items())[:14]:

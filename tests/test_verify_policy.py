@@ -284,6 +284,32 @@ def test_device_gate_writer_waits_only_for_young_readers():
             waited = time.monotonic() - t0
     assert 0.15 < waited < 2.0
 
+def test_device_gate_reports_where_the_device_time_went():
+    """Held alone, waited for by a timed batch, and waited for by a shared request queued
+    behind that batch: each in its own figure."""
+    gate = DeviceGate(patience=5.0)
+
+    def writer():
+        with gate.exclusive():
+            time.sleep(0.2)
+
+    def reader():
+        with gate.shared():
+            pass
+
+    w, r = threading.Thread(target=writer), threading.Thread(target=reader)
+    with gate.shared():
+        w.start()
+        time.sleep(0.15)    # the timed batch waits for this shared holder
+    r.start()               # and this request waits behind the timed batch
+    w.join(2)
+    r.join(2)
+    got = gate.report()
+    assert got["exclusive"] == 1 and got["shared"] == 2
+    assert 0.1 < got["exclusive_wait_s"] < 1.0
+    assert 0.15 < got["exclusive_held_s"] < 1.0
+    assert got["shared_waited"] == 1 and 0.05 < got["shared_wait_s"] < 1.0
+
 
 # -- what the parent decides before anything runs ----------------------------------------------
 class _Run:

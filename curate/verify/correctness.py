@@ -50,7 +50,7 @@ def correctness(row, device, cand, judge) -> tuple[list, list, int, bool]:
     request = msg.Reference(calls=calls, keep_bytes=cfg.keep_bytes)
     batches = _batches(calls, _known_out_bytes(row), cfg.keep_bytes)
     early = None
-    with device.gate.shared():
+    with row.shared(device):
         if batches is None:
             ref, _ = judge.ask(request, "correctness", (msg.Batch,))
         else:
@@ -65,7 +65,7 @@ def correctness(row, device, cand, judge) -> tuple[list, list, int, bool]:
         if early is not None and first == batches[0][0]:
             run = early
         else:
-            with device.gate.shared():
+            with row.shared(device):
                 run, _ = cand.ask(_calls_request(first, batch), "correctness", (msg.Batch,))
         ms += list(run.ms)
         wall += cand.last_wall
@@ -134,7 +134,7 @@ def judge_call(row, device, cand, judge, index: int, call: list, *, precision: b
     output of the same call. False when it differs (the row is then `incorrect`). `held`: the
     caller holds the device alone already."""
     transport = fetch_transport(row.run.placement.transport, row.out_bytes)
-    gate = (lambda: contextlib.nullcontext()) if held else device.gate.shared
+    gate = (lambda: contextlib.nullcontext()) if held else (lambda: row.shared(device))
     with gate():
         out, fds = cand.ask(msg.Fetch(index=index, transport=transport), phase, (msg.Outputs,),
                             accept_fds=True)

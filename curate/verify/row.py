@@ -3,6 +3,7 @@ device a fresh candidate worker and a fresh judge: load, correctness, timing, ve
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import random
 import time
@@ -264,7 +265,7 @@ class RowRun:
     def _finish(self, device, cand: Side, judge: Side, first: bool) -> None:
         """Closing gates in the candidate's worker, then the judge's comparison of the whole
         pass (every correctness call and every timed call it checked): the verdict."""
-        with device.gate.shared():
+        with self.shared(device):
             cand.ask(msg.Finish(keep_idle_gb=self.cfg.keep_idle_gb), "verdict",
                      (msg.Finished,))
             done, _ = judge.ask(msg.Finish(keep_idle_gb=self.cfg.keep_idle_gb), "verdict",
@@ -286,6 +287,14 @@ class RowRun:
         self.res.correct, self.res.status = True, "verified"
 
     # -- helpers ------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def shared(self, device):
+        """The device held shared. Waiting for it (behind timed batches, which go first) is a
+        phase of its own, not charged to the request before it."""
+        self.phase("waiting for the device")
+        with device.gate.shared():
+            yield
+
     def side(self, worker, role: str) -> Side:
         return Side(worker, role, self.res, self.clock, self.findings, on_phase=self.phase)
 

@@ -23,7 +23,10 @@ class DeviceGate:
 
     A shared holder that has run for longer than the writers' patience (a candidate hanging in
     a call until its timeout) is waited for once, not by every batch after it: writers wait
-    only for holders younger than their patience."""
+    only for holders younger than their patience.
+
+    `seconds` says where the device's time went (stats.json): how long it was held alone, how
+    long timed batches waited for it and how long shared requests waited behind them."""
 
     def __init__(self, patience: float = 10.0):
         self.patience = patience
@@ -32,15 +35,26 @@ class DeviceGate:
         self._next = 0
         self._writer = False
         self._waiting_writers = 0
+        self.seconds = {"exclusive_held": 0.0, "exclusive_wait": 0.0, "shared_wait": 0.0}
+        self.counts = {"exclusive": 0, "shared": 0, "shared_waited": 0}
+
+    def report(self) -> dict:
+        with self._cond:
+            return {**{f"{k}_s": round(v, 3) for k, v in self.seconds.items()}, **self.counts}
 
     @contextlib.contextmanager
     def shared(self):
         with self._cond:
+            t0 = time.monotonic()
             while self._writer or self._waiting_writers:
                 self._cond.wait()
             self._next += 1
             token = self._next
-            self._readers[token] = time.monotonic()
+            self._readers[token] = now = time.monotonic()
+            self.counts["shared"] += 1
+            if now - t0 > 1e-3:
+                self.counts["shared_waited"] += 1
+                self.seconds["shared_wait"] += now - t0
         try:
             yield
         finally:
@@ -59,6 +73,7 @@ class DeviceGate:
         """Alone on the device, but for shared holders older than the patience (on the CPU
         they are frozen while the batch runs)."""
         with self._cond:
+            t0 = time.monotonic()
             self._waiting_writers += 1
             while True:
                 left = self._young_readers()
@@ -67,11 +82,15 @@ class DeviceGate:
                 self._cond.wait(max(0.01, min(1.0, left if left is not None else 1.0)))
             self._waiting_writers -= 1
             self._writer = True
+            t_held = time.monotonic()
+            self.counts["exclusive"] += 1
+            self.seconds["exclusive_wait"] += t_held - t0
         try:
             yield
         finally:
             with self._cond:
                 self._writer = False
+                self.seconds["exclusive_held"] += time.monotonic() - t_held
                 self._cond.notify_all()
 
 

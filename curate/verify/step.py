@@ -63,7 +63,8 @@ class Verify(Step):
                 "second_shape": dict(v.second_shape),
                 "startup_s": round(v.startup_s, 2),
                 "probe_s": v.placement.probe_s if v.placement else {},
-                "phase_s": {k: round(s, 2) for k, s in sorted(v.phase_s.items())}}
+                "phase_s": {k: round(s, 2) for k, s in sorted(v.phase_s.items())},
+                "device_gate": {d.name: d.gate.report() for d in v.devices}}
 
     def process(self, rows: list[dict]) -> Iterator[tuple[int, Outcome]]:
         return self.process_stream(rows)
