@@ -169,6 +169,11 @@ def test_cpp_pair_is_timed_and_compile_errors_are_trimmed(cache_dir):
         res = {rows[i]["id"]: r for i, r in v.verify(rows)}
     ok, bad = res["cpp_honest"], res["cpp_compile_error"]
     assert ok.status == "verified", (ok.status, ok.reasons, ok.error)
+    # the stage's stats are read after the verifier closed: its device (one row reached it,
+    # the other ended at its compile) and where that device's time went are still there
+    assert [d.name for d in v.devices] == ["cpu"] and v.devices[0].done == 1
+    gate = v.devices[0].gate.report()
+    assert gate["exclusive"] >= 1 and gate["exclusive_held_s"] > 0, gate
     assert ok.correct and ok.ref_ms > 0 and ok.kernel_ms > 0
     assert ok.speedup_ci_low <= ok.speedup <= ok.speedup_ci_high
     assert ok.timed_trials >= 20

@@ -64,6 +64,8 @@ class Verifier:
         self._env_info = _local_versions()
         self._lock = threading.Lock()
         self._watchdog: Watchdog | None = None
+        # what a closed verifier still reports (stats.json is written after close)
+        self._closed: dict = {"devices": [], "replaced": 0}
         # on the GPU, an out-of-memory row may only have met other rows' tensors: run it again
         # alone on its device at the end (on the CPU the limit is the worker's own)
         self.retry_oom_alone = self.cfg.device == "cuda"
@@ -87,10 +89,12 @@ class Verifier:
 
     @property
     def devices(self) -> list[Device]:
-        return self.scheduler.devices if self.scheduler else []
+        return self.scheduler.devices if self.scheduler else self._closed["devices"]
 
     @property
     def replaced(self) -> int:
+        if self.scheduler is None and self.compile_pool is None:
+            return self._closed["replaced"]
         return sum(p.replaced for p in self._pools())
 
     def _pools(self):
@@ -144,6 +148,7 @@ class Verifier:
         if self._watchdog is not None:
             self._watchdog.stop()
         if self.scheduler is not None:
+            self._closed = {"devices": self.scheduler.devices, "replaced": self.replaced}
             self.scheduler.close()
             self.scheduler = None
         if self.compile_pool is not None:

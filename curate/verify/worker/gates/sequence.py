@@ -204,8 +204,8 @@ def check_candidate(model, inputs_a=None, inputs_b=None, *, device="cpu", params
     """All worker-side gates on one instantiated candidate, on the calls `calls` names (or, for
     a worker without a runner, `inputs_a`/`inputs_b`, copied into one set of buffers, never
     consumed). `expected_a`: the compared call's outputs on call a's inputs. `reference` (the
-    reference model) is run, on separate copies, only to excuse a finding (the reference also mutates or aliases its inputs, or
-    ignores them); `ref_*` give those answers directly."""
+    reference model) is run, on separate copies, only to excuse a finding (the reference also
+    mutates or aliases its inputs, or ignores them); `ref_*` give those answers directly."""
     run = GateRun(model, calls or GateCalls.of_lists(inputs_a, inputs_b), device, reference,
                   params, ref_aliases_input, ref_mutates_input, ref_outputs_differ, expected_a)
     since = len(STATE.violations)
