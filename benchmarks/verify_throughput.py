@@ -95,9 +95,10 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
                cache_dir: str | None, keep_idle_gb: float | None = 1.0, label: str = "",
                sandbox: str = "auto", on_row=None, transport: str = "auto",
                devices: list[int] | None = None, timeout: float = 120.0) -> dict:
-    """`on_row(progress)` after each row: [seconds since start, row, status, seconds per phase]
-    so far, so that a run cut at its limit still tells its rows per second and where they
-    waited."""
+    """`on_row(progress)` after each row: [seconds since start, row, status, seconds per phase,
+    memory, each worker's work by part, each device's gate so far], so that a run cut at its
+    limit still tells its rows per second, where they waited and where the device's time
+    went."""
     from curate.verify import Verifier
     t0 = time.monotonic()
     results, progress = {}, []
@@ -124,9 +125,11 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
             last[0] = time.monotonic()
             progress.append([round(last[0] - t0, 1), pairs[i].get("path") or pairs[i]["id"],
                              r.status, r.notes.get("phases_s"),
-                             {k: r.notes.get(k) for k in ("size_gb", "peak_gb", "judge_peak_gb",
-                                                          "peak_reserved_gb",
-                                                          "judge_peak_reserved_gb")}])
+                             {k: r.notes.get(k) for k in ("size_gb", "reserved_gb", "peak_gb",
+                                                          "judge_peak_gb", "peak_reserved_gb",
+                                                          "judge_peak_reserved_gb")},
+                             {k: r.notes.get(k) for k in ("judge_work_s", "worker_work_s")},
+                             {d.name: d.gate.report() for d in v.devices}])
             if on_row is not None:
                 on_row(progress)
             # one line a row: where a slow run spends its time shows in the log
