@@ -129,7 +129,7 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
                                                           "judge_peak_gb", "peak_reserved_gb",
                                                           "judge_peak_reserved_gb")},
                              {k: r.notes.get(k) for k in ("judge_work_s", "worker_work_s")},
-                             {d.name: d.gate.report() for d in v.devices}])
+                             v.device_report()["device_gate"]])
             if on_row is not None:
                 on_row(progress)
             # one line a row: where a slow run spends its time shows in the log
@@ -140,16 +140,11 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
                   file=sys.stderr, flush=True)
         stop.set()
         stats = {"workers": v.workers, "compile_workers": v.cfg.compile_workers,
-                 "devices": [d.name for d in v.devices],
-                 "rows_per_device": {d.name: d.done for d in v.devices},
-                 "replaced": v.replaced, "confined": v.confined,
+                 **v.device_report(), "replaced": v.replaced, "confined": v.confined,
                  "confine_probe": v.placement.confine_probe,
                  "probe_s": v.placement.probe_s, "memory_gb": [d.memory.capacity
                                                                for d in v.devices],
-                 "transport": v.transport, "sandbox": v.sandbox,
-                 # where each device's time went: held alone by timed batches, their waits for
-                 # it, and shared requests' waits behind them
-                 "device_gate": {d.name: d.gate.report() for d in v.devices}}
+                 "transport": v.transport, "sandbox": v.sandbox}
     wall = time.monotonic() - t0
     timed = sum(r.timed_wall_s for r in results.values())
     return {

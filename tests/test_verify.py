@@ -201,6 +201,27 @@ def test_cpp_pair_is_timed_and_compile_errors_are_trimmed(cache_dir):
     assert time.monotonic() - t0 < 60
 
 
+def test_a_build_lock_left_by_a_killed_compiler_is_broken(tmp_path):
+    """A compiler killed mid-build leaves torch's build lock behind; the next build of the same
+    code waited on it until its timeout, so the row ended `timeout` in every later run. A lock
+    older than any live build is broken; a young one (a build still running) is kept."""
+    row = pair("cpp_honest", backend="cpp")
+    with Verifier(device="cpu", workers=1, timeout=20, compile_timeout=60, cache_dir=tmp_path,
+                  time_budget=0.1, gates=False) as v:
+        ext = Path(v.row_cache(row)["TORCH_EXTENSIONS_DIR"])
+        stale = ext / "curate_fixture_scale_add" / "lock"
+        young = ext / "another_extension" / "lock"
+        for lock in (stale, young):
+            lock.parent.mkdir(parents=True)
+            lock.touch()
+        os.utime(stale, (time.time() - 3600, time.time() - 3600))
+        res = v.verify_one(row)
+        stats = dict(v.stats)
+    assert res.status == "verified", (res.status, res.reasons, res.error)
+    assert not stale.exists() and young.exists()
+    assert stats.get("stale_locks_broken") == 1, stats
+
+
 THREADS_PROBE = """
 import torch
 import torch.nn as nn

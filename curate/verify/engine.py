@@ -8,6 +8,7 @@ row in flight, results as rows finish), close.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import logging
@@ -93,9 +94,14 @@ class Verifier:
 
     @property
     def replaced(self) -> int:
-        if self.scheduler is None and self.compile_pool is None:
-            return self._closed["replaced"]
-        return sum(p.replaced for p in self._pools())
+        """Workers replaced so far, those of pools already closed included."""
+        return self._closed["replaced"] + sum(p.replaced for p in self._pools())
+
+    def device_report(self) -> dict:
+        """Per device: the rows it finished and where its time went (stats.json)."""
+        return {"devices": [d.name for d in self.devices],
+                "rows_per_device": {d.name: d.done for d in self.devices},
+                "device_gate": {d.name: d.gate.report() for d in self.devices}}
 
     def _pools(self):
         pools = [p for d in self.devices for p in d.pools.values()]
@@ -292,6 +298,24 @@ class Verifier:
         return {"TRITON_CACHE_DIR": str(root / "triton" / h),
                 "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor" / h),
                 "TORCH_EXTENSIONS_DIR": str(root / "ext" / h)}
+
+    def break_stale_locks(self, row: dict) -> int:
+        """A compiler killed mid-build leaves torch's build lock (`<ext>/<name>/lock`) behind,
+        and every later build of the same code would wait on it until its own timeout. No live
+        build holds one longer than the compile phase and the compiler's limit together, so an
+        older lock is stale. Returns how many were removed."""
+        oldest = time.time() - (self.budget.phase("compile") + self.budget.compiler_grace + 5)
+        broken = 0
+        for lock in Path(self.row_cache(row)["TORCH_EXTENSIONS_DIR"]).glob("*/lock"):
+            with contextlib.suppress(OSError):
+                if lock.stat().st_mtime < oldest:
+                    lock.unlink()
+                    broken += 1
+        if broken:
+            log.warning("verify: removed %d stale build lock(s) under %s", broken,
+                        self.row_cache(row)["TORCH_EXTENSIONS_DIR"])
+            self.count("stale_locks_broken")
+        return broken
 
     def remember_env(self, env: dict | None) -> None:
         """The GPU's name and versions, as a worker saw them (the parent touches no device)."""

@@ -155,6 +155,7 @@ class RowRun:
         pool = self.run.compile_pool
         if pool is None or (self.cfg.device == "cpu" and self.backend == "triton"):
             return None
+        self.run.break_stale_locks(self.row)
         self.phase("waiting for a compile worker")
         with pool.hold(env=self.run.row_cache(self.row)) as w:
             side = self.side(w, "compile")
@@ -193,6 +194,7 @@ class RowRun:
         """A fresh candidate worker and a fresh judge for one pass over the row; after the
         first pass, its second shape on the same two workers where the row's memory allows."""
         self.phase("waiting for workers")
+        self.run.break_stale_locks(self.row)   # the candidate may build too (no compile ahead)
         env = {**self.run.row_cache(self.row), **device.env()}
         with device.pools["candidate"].hold(env=env) as cw, \
                 device.pools["judge"].hold(env=device.env()) as jw:

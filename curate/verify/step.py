@@ -53,9 +53,7 @@ class Verify(Step):
         """Statuses, time spent in timed trials and workers replaced (into stats.json)."""
         v = self.verifier
         statuses = {k: n for k, n in v.stats.items() if k in STATUSES}
-        return {"device": v.device, "statuses": statuses,
-                "devices": [d.name for d in v.devices],
-                "rows_per_device": {d.name: d.done for d in v.devices},
+        return {"device": v.device, "statuses": statuses, **v.device_report(),
                 "timed_wall_s": round(v.timed_wall_s, 3), "workers_replaced": v.replaced,
                 "workers": v.workers, "trials": v.trials, "sandbox": v.sandbox,
                 "sandbox_probe": v.sandbox_probe, "transport": v.transport,
@@ -63,8 +61,7 @@ class Verify(Step):
                 "second_shape": dict(v.second_shape),
                 "startup_s": round(v.startup_s, 2),
                 "probe_s": v.placement.probe_s if v.placement else {},
-                "phase_s": {k: round(s, 2) for k, s in sorted(v.phase_s.items())},
-                "device_gate": {d.name: d.gate.report() for d in v.devices}}
+                "phase_s": {k: round(s, 2) for k, s in sorted(v.phase_s.items())}}
 
     def process(self, rows: list[dict]) -> Iterator[tuple[int, Outcome]]:
         return self.process_stream(rows)
