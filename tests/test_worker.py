@@ -396,6 +396,33 @@ def test_compare_checks_shapes_dtypes_nan_and_tolerance():
     assert struct == "tuple[2]" and len(items) == 3
 
 
+def test_the_finite_pass_gives_the_exact_passes_figures(monkeypatch):
+    """The comparison's fast pass (every value finite) and the exact one agree on the counts
+    and the worst errors, across chunks and dtypes; a non-finite value or a norm past float32's
+    range goes to the exact pass."""
+    from curate.verify.worker import compare as cmp
+    monkeypatch.setattr(cmp, "CHUNK", 1000)   # several chunks, one partial
+    g = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        r = (torch.randn(4321, generator=g) * 3).to(dtype)
+        noise = torch.randn(4321, generator=g) * torch.rand(4321, generator=g) * 0.05
+        x = (r.double() * (1 + noise)).to(dtype)
+        atol, rtol, _ = cmp.tolerance(dtype)
+        fast, exact = cmp._finite_errors(r, x, atol, rtol), cmp._exact_errors(r, x, atol, rtol)
+        assert fast[:5] == exact[:5], (dtype, fast, exact)   # counts and worst errors
+        assert fast[0] > 0                                     # some elements outside the band
+        assert fast[5:] == pytest.approx(exact[5:], rel=1e-5)  # the squared norms
+    r = torch.randn(3000, generator=g)
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        x = r.clone()
+        x[2500] = bad
+        assert cmp._finite_errors(r, x, 1e-2, 1e-2) is None
+        assert cmp._finite_errors(x, r, 1e-2, 1e-2) is None
+    huge = torch.full((10,), 3e19)    # finite, but its square is not in float32
+    assert cmp._finite_errors(huge, huge, 1e-2, 1e-2) is None
+    assert compare([huge], [huge]).ok and not compare([huge], [huge * 1.1]).ok
+
+
 def test_output_descriptions_from_the_candidate_are_checked():
     """The judge opens only what the transports' senders write: a forged description is
     refused before it reaches CUDA, and a view past its storage is refused."""
