@@ -426,13 +426,8 @@ def main(argv=None) -> int:
                     help="how candidate outputs reach the judge (auto: what verify picks)")
     ap.add_argument("--pairs-out", type=Path, default=None,
                     help="write the synthesized pairs here (a later run takes them with --pairs)")
-    ap.add_argument("--gate", default="phase-fair", choices=("phase-fair", "writers-first"),
-                    help="how shared requests queue behind timed batches (writers-first: the "
-                         "device gate before 2026-12-06, to compare)")
     ap.add_argument("--serial-one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    from curate.verify.scheduler import DeviceGate
-    DeviceGate.phase_fair = args.gate == "phase-fair"
     if args.serial_one:
         serial_one(args.serial_one)
         return 0
@@ -472,7 +467,6 @@ def main(argv=None) -> int:
 
     keep = None if args.keep_idle_gb.lower() == "none" else float(args.keep_idle_gb)
     report["keep_idle_gb"] = keep
-    report["gate"] = args.gate
     report["sandbox_requested"] = args.sandbox
     report["transport_requested"] = args.transport
     save_partial(pairs=len(pairs))

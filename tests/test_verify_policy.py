@@ -311,58 +311,6 @@ def test_device_gate_reports_where_the_device_time_went():
     assert got["shared_waited"] == 1 and 0.05 < got["shared_wait_s"] < 1.0
 
 
-def _queue_behind(hold, *targets) -> None:
-    """`hold(ready, let_go)` takes the gate; `targets` queue behind it in this order; then it
-    lets go and every thread ends."""
-    ready, let_go = threading.Event(), threading.Event()
-    threads = [threading.Thread(target=hold, args=(ready, let_go))]
-    threads[0].start()
-    ready.wait(2)
-    for target in targets:
-        threads.append(threading.Thread(target=target))
-        threads[-1].start()
-        time.sleep(0.05)
-    let_go.set()
-    for t in threads:
-        t.join(3)
-
-
-def test_device_gate_lets_a_queued_shared_request_in_before_the_next_timed_batch():
-    """Phase-fair: a shared request queued behind one timed batch goes in when that batch
-    ends, even though another batch queued before it; that batch then waits for it (the device
-    is still never shared with a timed batch)."""
-    gate, events = DeviceGate(patience=5.0), []
-
-    def timed_holder(ready, let_go):
-        with gate.exclusive():
-            ready.set()
-            let_go.wait(2)
-
-    def shared_holder(ready, let_go):
-        with gate.shared():
-            ready.set()
-            let_go.wait(2)
-
-    def timed():
-        with gate.exclusive():
-            events.append("timed in")
-
-    def shared():
-        with gate.shared():
-            events.append("shared in")
-            time.sleep(0.2)
-            events.append("shared out")
-
-    _queue_behind(timed_holder, timed, shared)     # the second batch queues first
-    assert events == ["shared in", "shared out", "timed in"]
-    # a shared request that comes while a batch waits for the device goes after that batch:
-    # a stream of shared work cannot starve timing
-    events.clear()
-    _queue_behind(shared_holder, timed, shared)
-    assert events == ["timed in", "shared in", "shared out"]
-    assert gate.report()["exclusive"] == 3
-
-
 # -- what the parent decides before anything runs ----------------------------------------------
 class _Run:
     """The engine's shared state, as much of it as a row's precheck reads."""

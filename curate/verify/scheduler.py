@@ -18,11 +18,8 @@ GPU_SHARE = 0.8   # rows enter while their memory estimates fit in this share of
 
 class DeviceGate:
     """A readers-writer lock: timed batches hold it alone, every other request that runs on the
-    device holds it shared. Phase-fair: a shared request that arrives while a timed batch holds
-    or waits goes in when that batch ends, before the timed batches queued after it; so neither
-    side starves, and a shared request waits for one batch, not for a chain of them (rows in
-    flight hold their memory while they wait). Waiting here never counts against a request's
-    time limit.
+    device holds it shared. Writers go first, so a stream of correctness work cannot starve
+    timing. Waiting here never counts against a request's time limit.
 
     A shared holder that has run for longer than the writers' patience (a candidate hanging in
     a call until its timeout) is waited for once, not by every batch after it: writers wait
@@ -31,8 +28,6 @@ class DeviceGate:
     `seconds` says where the device's time went (stats.json): how long it was held alone, how
     long timed batches waited for it and how long shared requests waited behind them."""
 
-    phase_fair = True   # False: writers first (benchmarks/verify_throughput.py --gate)
-
     def __init__(self, patience: float = 10.0):
         self.patience = patience
         self._cond = threading.Condition()
@@ -40,9 +35,6 @@ class DeviceGate:
         self._next = 0
         self._writer = False
         self._waiting_writers = 0
-        self._releases = 0          # timed batches that gave the device back so far
-        self._waiting_readers: dict[int, int] = {}   # waiting shared request -> releases then
-        self._owed = 0              # shared requests the last release let in, not yet inside
         self.seconds = {"exclusive_held": 0.0, "exclusive_wait": 0.0, "shared_wait": 0.0}
         self.counts = {"exclusive": 0, "shared": 0, "shared_waited": 0}
 
@@ -54,16 +46,10 @@ class DeviceGate:
     def shared(self):
         with self._cond:
             t0 = time.monotonic()
-            self._next += 1
-            token, seen = self._next, self._releases
-            self._waiting_readers[token] = seen
-            # in at once unless a timed batch holds or waits; else when the next one ends
-            while self._writer or (self._waiting_writers and (
-                    self._releases == seen or not self.phase_fair)):
+            while self._writer or self._waiting_writers:
                 self._cond.wait()
-            del self._waiting_readers[token]
-            if self._releases != seen and self._owed:
-                self._owed -= 1
+            self._next += 1
+            token = self._next
             self._readers[token] = now = time.monotonic()
             self.counts["shared"] += 1
             if now - t0 > 1e-3:
@@ -91,7 +77,7 @@ class DeviceGate:
             self._waiting_writers += 1
             while True:
                 left = self._young_readers()
-                if not self._writer and left is None and not self._owed:
+                if not self._writer and left is None:
                     break
                 self._cond.wait(max(0.01, min(1.0, left if left is not None else 1.0)))
             self._waiting_writers -= 1
@@ -104,9 +90,6 @@ class DeviceGate:
         finally:
             with self._cond:
                 self._writer = False
-                self._releases += 1
-                # they go before the next batch
-                self._owed = len(self._waiting_readers) if self.phase_fair else 0
                 self.seconds["exclusive_held"] += time.monotonic() - t_held
                 self._cond.notify_all()
 
