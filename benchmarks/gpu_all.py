@@ -20,6 +20,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,8 @@ PY = sys.executable
 @dataclass
 class Bench:
     name: str
-    args: list[str]             # {out}: the result file, {kb}: KernelBench, {dir}: --out
+    args: list[str]             # {out}: the result file, {kb}: KernelBench, {dir}: --out,
+    #                             {work}: --work (build folders: thousands of files, kept apart)
     limit_s: int                # default limit; --limit-s overrides every one
     needs_kb: bool = False
     headline: str = ""          # dotted paths into the result JSON, comma-separated
@@ -85,13 +87,13 @@ BENCHES = [
         "--pairs", "{dir}/tp_pairs.jsonl", "--runs", "1", "--serial", "0", "--sandbox", "off",
         "--out", "{out}"], 300, needs_kb=True, headline="figures"),
     Bench("build", ["-m", "curate", "build", "--threshold", "2.0", "--device", "cuda",
-                    "--out", "{dir}/build", "--quiet"], 600,
+                    "--out", "{work}/build", "--quiet"], 600,
           extra={"copy": "build/stats.json"}, headline="stats.kept,stats.seconds"),
     # every verified row of that build replayed from its record: do then and now agree?
     Bench("replay_agreement", ["benchmarks/replay_agreement.py", "--device", "cuda", "--build",
-                               "{dir}/build", "--out", "{out}"], 300, headline="summary"),
+                               "{work}/build", "--out", "{out}"], 300, headline="summary"),
     Bench("llm_replay_build", ["benchmarks/llm_replay.py", "build", "--build-dir",
-                               "{dir}/llm-replay", "--deadline", "{deadline}", "--out", "{out}"],
+                               "{work}/llm-replay", "--deadline", "{deadline}", "--out", "{out}"],
           600, headline="kept,verify_statuses"),
     Bench("llm_replay_verify", ["benchmarks/llm_replay.py", "verify", "--device", "cuda",
                                 "--out", "{out}"], 600, headline="verdicts"),
@@ -99,17 +101,17 @@ BENCHES = [
     # both executors (build_kernelbench.py; Ray from the wheels of benchmarks/ray_wheel.sh)
     Bench("build_kb_local", ["benchmarks/build_kernelbench.py", "kernelbench", "--kb", "{kb}",
                              "--executors", "local", "--deadline", "{deadline}",
-                             "--work", "{dir}/kb-builds", "--out", "{out}"], 600,
+                             "--work", "{work}/kb-builds", "--out", "{out}"], 600,
           needs_kb=True, headline="runs"),
     Bench("build_kb_ray", ["benchmarks/build_kernelbench.py", "kernelbench", "--kb", "{kb}",
                            "--executors", "ray", "--ray-wheels", "{wheels}",
-                           "--deadline", "{deadline}", "--work", "{dir}/kb-builds",
+                           "--deadline", "{deadline}", "--work", "{work}/kb-builds",
                            "--out", "{out}"], 600, needs_kb=True, headline="runs"),
     Bench("build_pipelines", ["benchmarks/build_kernelbench.py", "pipelines", "--ray-wheels",
-                              "{wheels}", "--work", "{dir}/pipeline-builds", "--out", "{out}"],
+                              "{wheels}", "--work", "{work}/pipeline-builds", "--out", "{out}"],
           600, headline="runs"),
     Bench("scrape_build", ["benchmarks/scrape_yield.py", "--build", "--device", "cuda",
-                           "--build-dir", "{dir}/scrape-build", "--out", "{out}"], 600,
+                           "--build-dir", "{work}/scrape-build", "--out", "{out}"], 600,
           headline="kept,seconds"),
 ]
 
@@ -180,13 +182,15 @@ def _archive(out_dir: Path, archive: Path) -> None:
     tmp.replace(archive)
 
 
-def run_one(b: Bench, out_dir: Path, tag: str, kb: str | None, limit: int) -> dict:
+def run_one(b: Bench, out_dir: Path, tag: str, kb: str | None, limit: int,
+            work: Path) -> dict:
     result = out_dir / f"{b.name}_{tag}.json"
     if b.needs_kb and not kb:
         return {"name": b.name, "status": "skipped: needs --kernelbench", "seconds": 0}
     deadline = str(max(30, limit - 30))  # the benchmark's own deadline, before the hard limit
     wheels = os.environ.get("CURATE_RAY_WHEELS", str(ROOT / ".whl_ray"))
-    args = [a.format(out=result, kb=kb, dir=out_dir, deadline=deadline, wheels=wheels)
+    args = [a.format(out=result, kb=kb, dir=out_dir, work=work, deadline=deadline,
+                     wheels=wheels)
             for a in b.args]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
@@ -204,9 +208,9 @@ def run_one(b: Bench, out_dir: Path, tag: str, kb: str | None, limit: int) -> di
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             status = f"cut at {limit}s"
-    if b.extra.get("copy") and (out_dir / b.extra["copy"]).is_file():
-        doc = {"stats": json.loads((out_dir / b.extra["copy"]).read_text()),
-               "rows": build_rows(out_dir / Path(b.extra["copy"]).parent)}
+    if b.extra.get("copy") and (work / b.extra["copy"]).is_file():
+        doc = {"stats": json.loads((work / b.extra["copy"]).read_text()),
+               "rows": build_rows(work / Path(b.extra["copy"]).parent)}
         result.write_text(json.dumps(doc, indent=1, default=str))
     return {"name": b.name, "status": status, "seconds": round(time.monotonic() - t0, 1),
             "result": str(result) if result.is_file() else None,
@@ -223,6 +227,9 @@ def main(argv=None) -> int:
                     help="seconds each benchmark may take (default: each one's own)")
     ap.add_argument("--kernelbench", default=os.environ.get("CURATE_KERNELBENCH"))
     ap.add_argument("--device-tag", default=None, help="default: from the GPU's name (h200)")
+    ap.add_argument("--work", type=Path, default=None,
+                    help="where builds write their folders (default: a new temporary folder, "
+                         "not under --out: a GPU host hands back a bounded number of files)")
     ap.add_argument("--archive", type=Path, default=None,
                     help="also keep every result and log in this .tar.gz, rewritten as each "
                          "benchmark ends")
@@ -233,12 +240,15 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(by_name)}")
     args.out.mkdir(parents=True, exist_ok=True)
+    work = args.work or Path(tempfile.mkdtemp(prefix="curate-gpu-work-"))
+    work.mkdir(parents=True, exist_ok=True)
     tag = args.device_tag or device_tag()
     rows = []
     for name in names:
         b = by_name[name]
         print(f"== {name} ({args.limit_s or b.limit_s}s at most)", flush=True)
-        rows.append(run_one(b, args.out, tag, args.kernelbench, args.limit_s or b.limit_s))
+        rows.append(run_one(b, args.out, tag, args.kernelbench, args.limit_s or b.limit_s,
+                            work))
         print(f"   {rows[-1]['status']} in {rows[-1]['seconds']}s", flush=True)
         (args.out / "gpu_all.json").write_text(json.dumps(
             {"device": tag, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
