@@ -12,6 +12,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -498,9 +499,10 @@ def test_rows_out_of_memory_run_again_alone_at_the_end(cache_dir):
         memory = v.devices[0].memory
         acquire = memory.acquire
 
-        def spy(gb):
-            acquire(gb)
+        def spy(gb, then=None):
+            grant = acquire(gb, then)
             seen_used.append((gb, memory.used))
+            return grant
         memory.acquire = spy
         order = [(rows[i]["id"], r) for i, r in v.verify(rows)]
     assert order[-1][0] == rows[0]["id"]  # answered after everything else
@@ -545,7 +547,8 @@ def test_rows_reserve_device_memory_from_the_reference_shapes(cache_dir, tmp_pat
         memory = v.devices[0].memory
         reserved = []
         acquire = memory.acquire
-        memory.acquire = lambda gb: (reserved.append(gb), acquire(gb))
+        memory.acquire = lambda gb, then=None: (reserved.append(then or gb),
+                                                acquire(gb, then))[1]
         res = v.verify_one(row)
     assert res.status == "verified", (res.status, res.reasons, res.error)
     # CPU rows are not sized: one estimate, which the second shape (the same estimate, in the
@@ -553,6 +556,50 @@ def test_rows_reserve_device_memory_from_the_reference_shapes(cache_dir, tmp_pat
     assert reserved == [memory.clamp(row_memory_gb(None))]
     assert res.notes["second_shape"]["reused_workers"] is True
     assert memory.used == 0 and "compile_s" in res.notes
+
+
+def test_two_rows_with_the_same_code_verify_side_by_side(cache_dir):
+    """Rows of one run may share a kernel's code (two problems, two samples of a model): each
+    builds in a cache of its own, under its own worker's uid."""
+    row = pair("cpp_honest", backend="cpp", ref=(FIX / "ref_scale_add.py").read_text())
+    with Verifier(device="cpu", workers=2, cache_dir=cache_dir, compile_workers=2,
+                  second_shape="off") as v:
+        assert v.row_cache(row) != v.row_cache(dict(row, id="second"))
+        results = [r for _, r in v.verify([row, dict(row, id="second")])]
+    assert [r.status for r in results] == ["verified", "verified"], \
+        [(r.status, r.reasons, r.error) for r in results]
+
+
+def test_rows_load_side_by_side_and_take_turns_to_grow(cache_dir):
+    """Where the device holds two rows' loads but not their two whole estimates, both rows
+    start and load their workers at once, and the second grows only once the first is done:
+    both verify, and the gate ends empty."""
+    from curate.verify.row import load_memory_gb, row_memory_gb
+    row = pair("cpp_honest", backend="cpp", ref=(FIX / "ref_scale_add.py").read_text())
+    with Verifier(device="cpu", workers=2, cache_dir=cache_dir, compile_workers=2,
+                  second_shape="off") as v:
+        memory = v.devices[0].memory
+        need, load = row_memory_gb(None), load_memory_gb(None)
+        assert load < need
+        memory.resize(2 * load + (need - load) + 0.01)
+        grown, grow = [], memory.grow
+
+        both_loaded = threading.Barrier(2, timeout=240)
+
+        def spy(grant):
+            both_loaded.wait()   # untimed: both rows are loaded side by side before either grows
+            holders, t0 = memory.holders, time.monotonic()
+            grow(grant)
+            grown.append((holders, time.monotonic() - t0, memory.used <= memory.capacity))
+        memory.grow = spy
+        results = [r for _, r in v.verify([row, dict(row, id="second")])]
+        assert memory.used == 0 and memory.holders == 0
+    assert [r.status for r in results] == ["verified", "verified"], \
+        [(r.status, r.reasons, r.error) for r in results]
+    assert len(grown) == 2 and all(fits for _, _, fits in grown)
+    assert grown[0][0] == grown[1][0] == 2       # both rows were in, loaded, at once
+    assert grown[1][1] > 0.5                     # the second grew once the first was done
+    assert all(r.notes["reserved_gb"] == round(need, 2) for r in results)
 
 
 def test_a_row_that_needs_the_whole_device_runs_alone_once_after_the_others(cache_dir):
@@ -565,7 +612,8 @@ def test_a_row_that_needs_the_whole_device_runs_alone_once_after_the_others(cach
         memory.resize(4.0)   # below a CPU row's estimate: every row needs the whole device
         order, reserved = [], []
         acquire = memory.acquire
-        memory.acquire = lambda gb: (reserved.append(gb), acquire(gb))
+        memory.acquire = lambda gb, then=None: (reserved.append(then or gb),
+                                                acquire(gb, then))[1]
         for i, res in v.verify([small, dict(small, id="second")]):
             order.append(i)
             assert res.status == "verified", (res.status, res.reasons, res.error)

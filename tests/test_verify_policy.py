@@ -387,3 +387,78 @@ def test_a_sides_harness_claim_keeps_known_parts_with_finite_numbers():
     assert said_harness({"before": float("nan"), "after": "x", "digest": True,
                          "other": 1.0}) == {}
     assert said_harness(["before", 1.0]) == {} and said_harness(None) == {}
+
+
+def test_a_row_enters_with_its_load_and_grows_to_its_estimate_after_it():
+    """Starting and loading workers overlap the rows that run: a row holds its load's memory
+    first and the rest of its estimate once it grows; while it waits to grow, no row enters."""
+    gate = MemoryGate(10.0)
+    running = gate.acquire(6)                  # a row that runs, with its whole estimate
+    loading = gate.acquire(2, then=7)          # enters beside it with its load only
+    assert gate.used == 8 and loading.extra == 5
+    grown, entered = [], []
+    t = threading.Thread(target=lambda: (gate.grow(loading), grown.append(1)))
+    t.start()
+    time.sleep(0.1)
+    assert not grown                           # 8 + 5 does not fit
+    late = threading.Thread(target=lambda: (gate.acquire(1), entered.append(1)))
+    late.start()
+    time.sleep(0.1)
+    assert not entered                         # 1 fits, but in room the grower waits for
+    gate.release(running)
+    t.join(2)
+    late.join(2)
+    assert grown == [1] and entered == [1] and loading.held == 7 and gate.used == 8
+    gate.release(loading)
+    assert gate.used == 1 and gate.holders == 1
+
+
+def test_rows_that_still_have_to_grow_are_let_in_only_while_they_can_all_grow():
+    """Two loaded rows each waiting for room the other holds would wait forever: a row enters
+    only while the loads of the rows yet to grow plus the largest growth fit the device."""
+    gate = MemoryGate(10.0)
+    first = gate.acquire(2, then=9)
+    entered = []
+    t = threading.Thread(target=lambda: entered.append(gate.acquire(2, then=9)))
+    t.start()
+    time.sleep(0.1)
+    assert not entered                         # 2 + 2 + 7 > 10: could deadlock, so it waits
+    gate.grow(first)                           # alone, the first grows at once
+    assert gate.used == 9 and not entered
+    gate.release(first)
+    t.join(2)
+    assert entered and gate.used == 2
+    gate.grow(entered[0])
+    gate.release(entered[0])
+    assert gate.used == 0 and gate.holders == 0
+
+
+def test_a_row_that_ends_before_it_grows_gives_back_its_load():
+    gate = MemoryGate(10.0)
+    g = gate.acquire(3, then=8)
+    gate.release(g)
+    assert gate.used == 0 and gate.holders == 0
+    # nothing of it is left among the rows yet to grow: a large row enters at once
+    gate.acquire(2, then=10)
+    assert gate.holders == 1
+
+
+def test_a_row_enters_beside_a_waiting_grower_only_into_room_the_grower_does_not_need():
+    gate = MemoryGate(10.0)
+    running = gate.acquire(4)
+    loading = gate.acquire(2, then=6)          # will wait to grow by 4: 4 + 2 + 4 = 10 fits
+    t = threading.Thread(target=gate.grow, args=(loading,))
+    t.start()
+    time.sleep(0.1)
+    assert t.is_alive() is False and gate.used == 10
+    gate.release(loading)
+    loading = gate.acquire(3, then=7)          # 4 + 3, and 4 more to grow by: 11 > 10
+    t = threading.Thread(target=gate.grow, args=(loading,))
+    t.start()
+    time.sleep(0.1)
+    assert t.is_alive()
+    assert gate._admits(1, 0.0) is False       # 7 + 1 + the grower's 4 > 10
+    gate.release(running)
+    t.join(2)
+    assert not t.is_alive() and gate.used == 7
+    assert gate._admits(1, 0.0) is True        # nobody waits now: 7 + 1 fits

@@ -290,10 +290,13 @@ class Verifier:
 
     # -- shared by rows -----------------------------------------------------------------------
     def row_cache(self, row: dict) -> dict[str, str]:
-        """Compile caches of this row's code alone (content-addressed): its compile and
-        candidate workers may write there, and no other row's worker reads it."""
-        h = hashlib.sha256(f"{row.get('kernel_code') or ''}\0{self.cfg.device}".encode()
-                           ).hexdigest()[:20]
+        """Compile caches of this row's code alone (addressed by the row's id and its code):
+        its compile and candidate workers may write there, and no other row's worker reads it.
+        Two rows with the same code do not share one: their workers run under different uids,
+        and one's build folder is not the other's to write (the second row's build ended
+        `compile_error`, permission denied on torch's build lock)."""
+        h = hashlib.sha256(f"{row.get('id') or ''}\0{row.get('kernel_code') or ''}\0"
+                           f"{self.cfg.device}".encode()).hexdigest()[:20]
         root = self.cfg.cache_dir
         return {"TRITON_CACHE_DIR": str(root / "triton" / h),
                 "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor" / h),

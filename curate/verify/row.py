@@ -29,6 +29,7 @@ from .verdict import apply_findings
 # on the GPU not for large rows, which then reserve nothing for it). ROW_MEMORY_SLACK covers
 # the allocator's rounding, ROW_MEMORY_BASE_GB two CUDA contexts and library workspaces.
 ROW_MEMORY_SLACK, ROW_MEMORY_BASE_GB = 1.25, 4.0
+LOAD_BASE_GB = 1.5   # the two CUDA contexts of a loaded row (library workspaces come at its calls)
 UNSIZED_GB = 0.125   # inputs and outputs of a row whose sizes are not known (the CPU)
 CORRECTNESS_CALLS = 7   # at most: two scaled calls, three trial sets, set 0 again, the poked set
 
@@ -45,6 +46,17 @@ def row_memory_gb(size_gb: dict | None, keep_gb: float = 1.0, gpu: bool = False)
     candidate = 2 * p + sets + 2 * i + outs + 3 * o
     judge = p + sets + 2 * i + outs + max(3 * o, float64)
     return ROW_MEMORY_SLACK * (candidate + judge) + ROW_MEMORY_BASE_GB
+
+
+def load_memory_gb(size_gb: dict | None, keep_gb: float = 1.0) -> float:
+    """Device memory a row's two workers hold once loaded, before any call: the CUDA contexts,
+    the models (the candidate's two, the judge's one) and the input sets each side keeps (or
+    the one set a side makes at a time). The row enters with this and grows to `row_memory_gb`
+    after the load (scheduler.MemoryGate.grow)."""
+    size_gb = size_gb or {"inputs": UNSIZED_GB, "outputs": UNSIZED_GB}
+    i, p = size_gb.get("inputs", 0.0), size_gb.get("params", 0.0)
+    sets = 5 * i if i <= keep_gb else i           # the kept sets and the buffers, or one set
+    return ROW_MEMORY_SLACK * (3 * p + 2 * sets) + LOAD_BASE_GB
 
 
 def seed_of(*parts) -> int:
@@ -83,6 +95,7 @@ class RowRun:
         self.where: str | None = None
         self.size_gb: dict | None = None   # the reference's sizes (compile ahead, GPU only)
         self.second = None   # a second shape that could not run in the first pass's workers
+        self.grant = None    # the row's hold on its device's memory (grows after the load)
         # what the candidate's process can never see: which calls are checked, the scales
         self.rng = random.Random(f"{run.secret.hex()}:{self.key}")
 
@@ -97,8 +110,9 @@ class RowRun:
                 self.res.notes["reserved_gb"] = round(need, 2)
                 if need >= device.memory.capacity and not self.exclusive:
                     raise WholeDevice   # alone, after the rows that share the device
+                load = self._load_need(device, need)
                 self.phase("waiting for device memory")
-                with device.memory.reserve(need):
+                with device.memory.reserve(load, then=need) as self.grant:
                     self._pairs(device)
                 if self.second is not None:
                     self.second.run(device)   # on fresh workers, under its own reservation
@@ -117,6 +131,14 @@ class RowRun:
             size_gb = {**size_gb, **{k: size_gb.get(k, 0) * scale for k in ("inputs", "outputs")}}
         return device.memory.clamp(row_memory_gb(size_gb, self.cfg.keep_bytes / 2**30,
                                                  gpu=self.cfg.device == "cuda"))
+
+    def _load_need(self, device, need: float) -> float:
+        """What the row enters its device with: its load's memory where the row grows after
+        the load, else (alone on the device) its whole estimate."""
+        if self.exclusive:
+            return need
+        return min(need, device.memory.clamp(load_memory_gb(self.size_gb,
+                                                             self.cfg.keep_bytes / 2**30)))
 
     def _precheck(self) -> None:
         """What the parent decides from the code alone (nothing runs)."""
@@ -200,6 +222,9 @@ class RowRun:
                 device.pools["judge"].hold(env=device.env()) as jw:
             cand, judge = self.side(cw, "candidate"), self.side(jw, "judge")
             self._load(cand, judge)
+            if self.grant is not None and self.grant.extra:
+                self.phase("waiting for device memory")   # the rest of the row's estimate
+                device.memory.grow(self.grant)
             if first:
                 cand_ms, ref_ms, out_bytes, timed = correctness(self, device, cand, judge)
                 plan = (cand_ms, ref_ms, out_bytes) if timed else None

@@ -94,19 +94,36 @@ class DeviceGate:
                 self._cond.notify_all()
 
 
+class Grant:
+    """One row's hold on a memory gate: `held` GB now, `extra` more once it grows (`grow`)."""
+
+    def __init__(self, held: float, extra: float = 0.0):
+        self.held, self.extra = held, extra
+
+
 class MemoryGate:
     """A weighted semaphore over device memory (GB): a row waits until its estimate fits beside
     the rows already running, so that large problems do not run out of memory together.
 
     `slots` (the device's worker pairs) bounds the holders too: a row that got its memory
     always finds its workers free, so no row holds memory while it waits for workers (which
-    kept large rows out while the device had room for them)."""
+    kept large rows out while the device had room for them).
+
+    A row may enter with what its load needs and grow to its whole estimate after the load
+    (`acquire(gb, then=...)`, `grow`): starting workers and loading them (a second or more a
+    row, little device memory) then overlap the rows that run, instead of holding their whole
+    reservation idle. A row is let in only while the rows that have not grown yet could all
+    grow one after another once the others are done (the sum of their loads plus the largest
+    growth fits), so growers never wait for each other forever; and only into room that no
+    waiting grower needs, so a grower waits for the rows already running, not for newcomers."""
 
     def __init__(self, capacity_gb: float, slots: int | None = None):
         self.capacity = max(1.0, capacity_gb)
         self.slots = slots
         self.used = 0.0
         self.holders = 0
+        self._ungrown: list[Grant] = []
+        self._growers = 0.0   # GB that holders wait to grow by
         self._cond = threading.Condition()
 
     def clamp(self, gb: float) -> float:
@@ -117,18 +134,52 @@ class MemoryGate:
             self.capacity = max(1.0, capacity_gb)
             self._cond.notify_all()
 
-    def acquire(self, gb: float) -> None:
+    def _admits(self, gb: float, extra: float) -> bool:
+        if self.used + gb + self._growers > self.capacity:
+            return False   # the room waiting growers need is theirs
+        if self.slots is not None and self.holders >= self.slots:
+            return False
+        pending = [(g.held, g.extra) for g in self._ungrown] + ([(gb, extra)] if extra else [])
+        return not pending or (sum(h for h, _ in pending) + max(e for _, e in pending)
+                               <= self.capacity)
+
+    def acquire(self, gb: float, then: float | None = None) -> Grant:
+        """Wait until `gb` fits, then hold it; `then` (more than `gb`): the whole estimate the
+        holder grows to later."""
+        extra = max(0.0, min(self.capacity, then) - gb) if then is not None else 0.0
         with self._cond:
             # by holders, not by `used > 0`: sums of floats given back in another order leave
             # a residue, and a row that needs the whole device would wait for it forever
-            while self.holders and (self.used + gb > self.capacity or
-                                    (self.slots is not None and self.holders >= self.slots)):
+            while self.holders and not self._admits(gb, extra):
                 self._cond.wait()
             self.used += gb
             self.holders += 1
+            grant = Grant(gb, extra)
+            if extra:
+                self._ungrown.append(grant)
+            return grant
 
-    def release(self, gb: float) -> None:
+    def grow(self, grant: Grant) -> None:
+        """Wait until the holder's growth fits, then hold it too (no-op once grown)."""
+        if not grant.extra:
+            return
         with self._cond:
+            self._growers += grant.extra
+            try:
+                while self.used + grant.extra > self.capacity:
+                    self._cond.wait()
+            finally:
+                self._growers -= grant.extra
+            self.used += grant.extra
+            grant.held, grant.extra = grant.held + grant.extra, 0.0
+            self._ungrown.remove(grant)
+            self._cond.notify_all()
+
+    def release(self, grant: Grant | float) -> None:
+        gb = grant.held if isinstance(grant, Grant) else grant
+        with self._cond:
+            if isinstance(grant, Grant) and grant in self._ungrown:
+                self._ungrown.remove(grant)
             self.holders -= 1
             self.used = max(0.0, self.used - gb) if self.holders else 0.0
             self._cond.notify_all()
@@ -149,12 +200,12 @@ class MemoryGate:
             self._cond.notify_all()
 
     @contextlib.contextmanager
-    def reserve(self, gb: float):
-        self.acquire(gb)
+    def reserve(self, gb: float, then: float | None = None):
+        grant = self.acquire(gb, then)
         try:
-            yield
+            yield grant
         finally:
-            self.release(gb)
+            self.release(grant)
 
 
 @dataclass
