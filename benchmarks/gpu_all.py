@@ -33,6 +33,7 @@ PY = sys.executable
 class Bench:
     name: str
     args: list[str]             # {out}: the result file, {kb}: KernelBench, {dir}: --out,
+    #                             {tag}: the device's tag (h200), a result's stable-name suffix,
     #                             {work}: --work (build folders: thousands of files, kept apart)
     limit_s: int                # default limit; --limit-s overrides every one
     needs_kb: bool = False
@@ -70,6 +71,10 @@ BENCHES = [
                                 "--deadline", "{deadline}", "--sandbox", "auto",
                                 "--pairs-out", "{dir}/tp_pairs.jsonl", "--out", "{out}"], 600,
           needs_kb=True, headline="figures"),
+    # the run's own rows through each memory admission rule (simulated time, on the CPU)
+    Bench("schedule_replay", ["benchmarks/schedule_replay.py", "--run",
+                              "{dir}/verify_throughput_{tag}.json", "--out", "{out}"], 120,
+          headline="replays"),
     Bench("second_shape", ["benchmarks/second_shape.py", "--device", "cuda", "--kernelbench",
                            "{kb}", "--n", "20", "--pairs", "{dir}/tp_pairs.jsonl", "--out",
                            "{out}"], 540, needs_kb=True,
@@ -190,7 +195,7 @@ def run_one(b: Bench, out_dir: Path, tag: str, kb: str | None, limit: int,
     deadline = str(max(30, limit - 30))  # the benchmark's own deadline, before the hard limit
     wheels = os.environ.get("CURATE_RAY_WHEELS", str(ROOT / ".whl_ray"))
     args = [a.format(out=result, kb=kb, dir=out_dir, work=work, deadline=deadline,
-                     wheels=wheels)
+                     wheels=wheels, tag=tag)
             for a in b.args]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),

@@ -462,3 +462,26 @@ def test_a_row_enters_beside_a_waiting_grower_only_into_room_the_grower_does_not
     t.join(2)
     assert not t.is_alive() and gate.used == 7
     assert gate._admits(1, 0.0) is True        # nobody waits now: 7 + 1 fits
+
+
+def test_the_schedule_replay_puts_every_measured_row_through_the_gate():
+    """benchmarks/schedule_replay.py drives the real MemoryGate in simulated time: with memory
+    and worker pairs for every row at once it takes as long as the longest row; with one pair,
+    as long as all rows one after another; and it ends with the gate empty either way."""
+    import json
+    import sys
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(repo))
+    from benchmarks import schedule_replay as sr
+    run = json.loads((repo / "benchmarks/results/verify_throughput_h100-80gb-hbm3.json")
+                     .read_text())
+    rows = sr.rows_of(run)
+    lengths = [r["load_s"] + r["rest_s"] for r in rows]
+    for rule in ("whole", "grow"):
+        wide = sr.replay(rows, 10_000.0, rule, slots=len(rows))
+        assert wide["wall_s"] == pytest.approx(max(lengths), abs=0.1)
+        narrow = sr.replay(rows, 10_000.0, rule, slots=1)
+        assert narrow["wall_s"] == pytest.approx(sum(lengths), abs=0.1)
+        h100 = sr.replay(rows, 63.4, rule, slots=8)
+        assert h100["alone_rows"] == 9 and max(lengths) < h100["wall_s"] < sum(lengths)
