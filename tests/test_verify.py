@@ -599,6 +599,9 @@ def test_rows_load_side_by_side_and_take_turns_to_grow(cache_dir):
     assert len(grown) == 2 and all(fits for _, _, fits in grown)
     assert grown[0][0] == grown[1][0] == 2       # both rows were in, loaded, at once
     assert grown[1][1] > 0.5                     # the second grew once the first was done
+    # and its record says where that time went
+    assert max(r.notes["phases_s"].get("waiting to grow its device memory", 0.0)
+               for r in results) > 0.5
     assert all(r.notes["reserved_gb"] == round(need, 2) for r in results)
 
 

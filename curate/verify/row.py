@@ -223,7 +223,7 @@ class RowRun:
             cand, judge = self.side(cw, "candidate"), self.side(jw, "judge")
             self._load(cand, judge)
             if self.grant is not None and self.grant.extra:
-                self.phase("waiting for device memory")   # the rest of the row's estimate
+                self.phase("waiting to grow its device memory")   # the rest of its estimate
                 device.memory.grow(self.grant)
             if first:
                 cand_ms, ref_ms, out_bytes, timed = correctness(self, device, cand, judge)
