@@ -219,6 +219,21 @@ def test_strict_refuses_to_run_without_a_sandbox(monkeypatch, tmp_path):
         Verifier(device="cpu", workers=1, cache_dir=tmp_path, sandbox="strict").start()
 
 
+def test_without_bubblewrap_rows_still_build_in_their_own_cache(monkeypatch, tmp_path):
+    """`--sandbox auto` on a machine with no bubblewrap goes on under Landlock alone: a row's
+    compile cache, outside the worker's scratch, must exist before the worker's rules are made,
+    or its build is denied."""
+    from curate.isolation import sandbox
+    from tests.test_verify import FIX, pair
+    monkeypatch.setattr(sandbox, "probe", lambda device: "no bwrap binary (test)")
+    row = pair("cpp_honest", backend="cpp", ref=(FIX / "ref_scale_add.py").read_text())
+    with Verifier(device="cpu", workers=1, cache_dir=tmp_path, compile_workers=1,
+                  second_shape="off") as v:
+        res = v.verify_one(row)
+    assert "bwrap" not in (res.sandbox or "")
+    assert res.status == "verified", (res.status, res.reasons, res.error)
+
+
 def _sandboxed_pool(tmp_path, uid_base):
     from curate.isolation.pool import WorkerPool
     from curate.isolation.sandbox import bwrap_argv

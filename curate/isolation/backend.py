@@ -208,6 +208,12 @@ def start_worker(spec: Spec, server: Zygote | None = None) -> WorkerProcess:
     (scratch / "tmp").mkdir()
     try:
         env = worker_env(spec, scratch)
+        for var in CACHE_DIR_VARS:
+            # made before the worker starts, with or without a uid of its own: Landlock can
+            # only let a worker write under folders that exist when its rules are made (with
+            # no bubblewrap, every C++ row ended compile_error, denied its build folder)
+            if env.get(var):
+                os.makedirs(env[var], exist_ok=True)
         if spec.uid is not None:
             _hand_to_uid(spec, scratch, env)
         plan = confine.plan(str(scratch), env, tuple(spec.limits.writable),
