@@ -92,7 +92,7 @@ def replay(rows: list[dict], capacity: float, rule: str, slots: int) -> dict:
     def grow_ready() -> None:
         for i in list(growers):
             if gate.used + grants[i].extra <= gate.capacity:
-                gate._growers -= grants[i].extra
+                gate._growing_gb -= grants[i].extra
                 gate.grow(grants[i])
                 growers.remove(i)
                 waited[i] += clock - entered_at.pop(i)
@@ -104,7 +104,7 @@ def replay(rows: list[dict], capacity: float, rule: str, slots: int) -> dict:
         if what == "loaded":
             if grants[i].extra:
                 growers.append(i)
-                gate._growers += grants[i].extra
+                gate._growing_gb += grants[i].extra
                 entered_at[i] = clock
             else:
                 heapq.heappush(events, (clock + rows[i]["rest_s"], "done", i))

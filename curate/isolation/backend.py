@@ -67,8 +67,7 @@ def _hand_to_uid(spec: Spec, scratch: Path, env: dict[str, str]) -> None:
     if spec.scratch_root:
         os.chmod(spec.scratch_root, os.stat(spec.scratch_root).st_mode | 0o111)
     for var in CACHE_DIR_VARS:
-        if env.get(var):
-            os.makedirs(env[var], exist_ok=True)
+        if env.get(var):   # made by start_worker, uid or not
             chown_tree(env[var], spec.uid)
     chown_tree(str(scratch), spec.uid)
 

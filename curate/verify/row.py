@@ -222,7 +222,7 @@ class RowRun:
                 device.pools["judge"].hold(env=device.env()) as jw:
             cand, judge = self.side(cw, "candidate"), self.side(jw, "judge")
             self._load(cand, judge)
-            if self.grant is not None and self.grant.extra:
+            if self.grant.extra:
                 self.phase("waiting to grow its device memory")   # the rest of its estimate
                 device.memory.grow(self.grant)
             if first:

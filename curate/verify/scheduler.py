@@ -123,7 +123,7 @@ class MemoryGate:
         self.used = 0.0
         self.holders = 0
         self._ungrown: list[Grant] = []
-        self._growers = 0.0   # GB that holders wait to grow by
+        self._growing_gb = 0.0   # what holders waiting in `grow` wait for, together
         self._cond = threading.Condition()
 
     def clamp(self, gb: float) -> float:
@@ -135,7 +135,7 @@ class MemoryGate:
             self._cond.notify_all()
 
     def _admits(self, gb: float, extra: float) -> bool:
-        if self.used + gb + self._growers > self.capacity:
+        if self.used + gb + self._growing_gb > self.capacity:
             return False   # the room waiting growers need is theirs
         if self.slots is not None and self.holders >= self.slots:
             return False
@@ -164,21 +164,21 @@ class MemoryGate:
         if not grant.extra:
             return
         with self._cond:
-            self._growers += grant.extra
+            self._growing_gb += grant.extra
             try:
                 while self.used + grant.extra > self.capacity:
                     self._cond.wait()
             finally:
-                self._growers -= grant.extra
+                self._growing_gb -= grant.extra
             self.used += grant.extra
             grant.held, grant.extra = grant.held + grant.extra, 0.0
             self._ungrown.remove(grant)
             self._cond.notify_all()
 
     def release(self, grant: Grant | float) -> None:
-        gb = grant.held if isinstance(grant, Grant) else grant
+        gb = grant if isinstance(grant, float | int) else grant.held
         with self._cond:
-            if isinstance(grant, Grant) and grant in self._ungrown:
+            if grant in self._ungrown:   # it ended before it grew
                 self._ungrown.remove(grant)
             self.holders -= 1
             self.used = max(0.0, self.used - gb) if self.holders else 0.0
