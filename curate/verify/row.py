@@ -22,7 +22,7 @@ from .verdict import apply_findings
 
 # A row's device memory, from its reference's inputs and outputs (shapes), by what its two
 # workers hold at their peak: each its models, its input sets (kept while one set is at most
-# `keep_bytes`; else made again at each call), its buffers and a fresh set being made, the
+# `keep_bytes`; else made again at each call, in the buffers), its buffers and a copy, the
 # correctness calls' outputs (kept together while they fit in `keep_bytes`; else one at a
 # time), a live output, a timed output and the gates' or the comparison's temporaries; the
 # judge also runs the reference once in float64 where that run fits (messages.float64_runs:
@@ -39,12 +39,17 @@ def row_memory_gb(size_gb: dict | None, keep_gb: float = 1.0, gpu: bool = False)
     size_gb = size_gb or {"inputs": UNSIZED_GB, "outputs": UNSIZED_GB}
     i, o = size_gb.get("inputs", 0.0), size_gb.get("outputs", 0.0)
     p = size_gb.get("params", 0.0)
-    sets = 4 * i if i <= keep_gb else 0.0          # three trial sets and the poked one
+    kept = i <= keep_gb
+    sets = 4 * i if kept else 0.0                  # three trial sets and the poked one
     outs = CORRECTNESS_CALLS * o if CORRECTNESS_CALLS * o <= keep_gb else o
     runs64 = msg.float64_runs(2 * (i + o), keep_gb if gpu else None)
     float64 = 2 * (i + o + p) if runs64 else 0.0
-    candidate = 2 * p + sets + 2 * i + outs + 3 * o
-    judge = p + sets + 2 * i + outs + max(3 * o, float64)
+    if kept:   # the buffers and a pristine copy; three live outputs in the gates' calls
+        candidate = 2 * p + sets + outs + 2 * i + 3 * o
+        judge = p + sets + outs + 2 * i + max(3 * o, float64)
+    else:      # a set made again is made in the buffers (their memory let go first)
+        candidate = 2 * p + outs + i + max(i, 3 * o)
+        judge = p + outs + i + max(2 * o, float64)
     return ROW_MEMORY_SLACK * (candidate + judge) + ROW_MEMORY_BASE_GB
 
 

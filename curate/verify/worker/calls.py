@@ -83,6 +83,15 @@ def _same_layout(a: list, b: list) -> bool:
     return True
 
 
+def _same_layout_but_size(a: list, b: list) -> bool:
+    """Tensors in the same places with the same dtypes and devices (a buffer whose memory was
+    given back can take on any shape)."""
+    return len(a) == len(b) and all(
+        isinstance(x, torch.Tensor) == isinstance(y, torch.Tensor) and (
+            not isinstance(x, torch.Tensor) or (x.dtype == y.dtype and x.device == y.device))
+        for x, y in zip(a, b))
+
+
 class CallRunner:
     """Calls `model` on variants of `base_sets` (models.InputSets: one list of inputs per trial
     seed, and the poked set)."""
@@ -99,9 +108,11 @@ class CallRunner:
     def inputs(self, k: int, scale: float) -> list:
         """Write call `(k, scale)`'s inputs into the buffers (new buffers when set k's shapes
         differ) and return them."""
+        if self.remade:
+            return self._remake(k, scale)
         src = self.base[k]
         if not _same_layout(self.bufs, src):
-            self.bufs = src if self.remade else _clone(src)
+            self.bufs = _clone(src)
         out = []
         for buf, x in zip(self.bufs, src):
             if isinstance(buf, torch.Tensor):
@@ -114,6 +125,30 @@ class CallRunner:
                 out.append(buf)
             else:
                 out.append(x)
+        return out
+
+    def _remake(self, k: int, scale: float) -> list:
+        """Set `k` made again, in the buffers themselves: their memory goes back to the
+        allocator first, the set is made (in the blocks just freed, as a rule), and each buffer
+        takes its new tensor's memory. The same tensor objects every call, as with kept sets,
+        and one set on the device at a time, not a set and its copy."""
+        with torch.no_grad():
+            for buf in self.bufs:
+                if isinstance(buf, torch.Tensor):
+                    buf.untyped_storage().resize_(0)
+            src = self.base[k]
+            if not _same_layout_but_size(self.bufs, src):
+                self.bufs = src
+            out = []
+            for buf, x in zip(self.bufs, src):
+                if isinstance(buf, torch.Tensor):
+                    if scale != 1.0 and x.is_floating_point():
+                        x.mul_(scale)
+                    if buf is not x:
+                        buf.set_(x)
+                    out.append(buf)
+                else:
+                    out.append(x)
         return out
 
     def pristine(self, k: int, scale: float) -> list:
@@ -185,8 +220,10 @@ class CallRunner:
                 # a copy is kept, made outside the clock; the output itself is let go, so the
                 # next call allocates as it would in a loop that drops its results (keeping
                 # them would make every call's allocations fresh memory, which costs eager
-                # PyTorch more than a fused kernel)
-                copy = [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in items]
+                # PyTorch more than a fused kernel). The batch's last output is kept itself
+                # unless it lies in the inputs' memory: one output less at the worker's peak.
+                last = i == first + len(calls) - 1 and not _shares(items, args)
+                copy = [_kept(x, last) for x in items]
                 batch.outputs.append((copy, struct))
             batch.harness_ms["before"] += (h1 - h0) * 1e3
             batch.harness_ms["after"] += (t.perf_counter() - h2) * 1e3
@@ -194,8 +231,30 @@ class CallRunner:
                 if copy is not None:
                     items = None   # the gates see the kept copy: the output itself goes first
                 after(i - first, args, items, struct, copy)
-            del items  # the next call may reuse this output's memory, as in any loop
+            del items, args  # the next call may reuse their memory, as in any loop
         return batch
+
+
+def _kept(x, itself: bool):
+    if not isinstance(x, torch.Tensor):
+        return x
+    return x.detach() if itself else x.detach().clone()
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    start = t.untyped_storage().data_ptr()
+    return start, start + t.untyped_storage().nbytes()
+
+
+def _shares(items: list, inputs: list) -> bool:
+    """Whether a tensor of `items` lies in the memory of a tensor of `inputs`."""
+    spans = [_span(y) for y in inputs if isinstance(y, torch.Tensor) and y.numel()]
+    for x in items:
+        if isinstance(x, torch.Tensor) and x.numel():
+            a, a_end = _span(x)
+            if any(a < b_end and b < a_end for b, b_end in spans):
+                return True
+    return False
 
 
 def _refuse_reused(items: list, i: int, alive: dict) -> None:

@@ -96,7 +96,7 @@ def _storage_span(t):
         return None
 
 
-def _overlaps(a, b) -> bool:
+def overlaps(a, b) -> bool:
     sa, sb = _storage_span(a), _storage_span(b)
     if sa is None or sb is None:
         return False
@@ -108,11 +108,11 @@ def alias_findings(outputs, inputs, params=(), earlier_outputs=(), ref_aliases_i
     """Outputs must own their memory: not an input's, a parameter's, or an earlier call's."""
     out = []
     outs, ins = flat(outputs), list(tensors_in(inputs))
-    if not ref_aliases_input and any(_overlaps(o, i) for o in outs for i in ins):
+    if not ref_aliases_input and any(overlaps(o, i) for o in outs for i in ins):
         out.append(("output_aliases_input", FAIL))
-    if any(_overlaps(o, p) for o in outs for p in params):
+    if any(overlaps(o, p) for o in outs for p in params):
         out.append(("output_aliases_parameter", FAIL))
-    if any(_overlaps(o, e) for o in outs for e in flat(list(earlier_outputs))):
+    if any(overlaps(o, e) for o in outs for e in flat(list(earlier_outputs))):
         out.append(("output_reuses_earlier_output", FAIL))
     return out
 

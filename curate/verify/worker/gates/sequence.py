@@ -18,6 +18,7 @@ from .candidate import (
     GateCalls,
     alias_findings,
     mutation_findings,
+    overlaps,
     profiled_kernels,
     side_stream_findings,
 )
@@ -42,6 +43,7 @@ class GateRun:
             else [])
         self.findings: list[tuple[str, str]] = []
         self._ref: dict = {}
+        self._digests: dict = {}   # call -> its inputs' digest as written (before the call)
 
     def add(self, items) -> None:
         for it in items:
@@ -84,9 +86,11 @@ class GateRun:
         return self.answers["differ"]
 
     def _inputs_digest(self, which: str) -> int:
-        """Call `which`'s inputs as one exact digest: two calls' inputs compared without
-        holding both copies at once."""
-        return digest(list(tensors_in(self.calls.pristine(which))))
+        """Call `which`'s inputs as one exact digest, taken as they were written, before the
+        call (two calls' inputs compared without a copy of either)."""
+        if which not in self._digests:
+            self._digests[which] = digest(list(tensors_in(self.calls.pristine(which))))
+        return self._digests[which]
 
     def compared(self, out) -> None:
         """A gate's call of a answers like the compared call on the same inputs (else the
@@ -98,9 +102,12 @@ class GateRun:
             self.add([("gate_call_mismatch", FAIL)])
 
     # -- the calls ------------------------------------------------------------------------------
-    def call(self, which: str, ghost: bool = False):
-        """One call of the model through the worker's input preparation: (args, out, launches)."""
-        args = self.calls.args(which)
+    def call(self, which: str, ghost: bool = False, args: list | None = None):
+        """One call of the model through the worker's input preparation (or on `args`, written
+        by it just before): (args, out, launches)."""
+        args = self.calls.args(which) if args is None else args
+        if which not in self._digests:
+            self._digests[which] = digest(list(tensors_in(args)))
         with watch(ghost=ghost) as launches:
             out = self.model(*args)
         sync(self.device)
@@ -113,12 +120,15 @@ class GateRun:
             args, out_a, launches = self.call("a")
             STATE.last_launches = list(dict.fromkeys(launches))
             self.first_call(args, out_a, launches)
+            del args   # the buffers stay the runner's: a set made again reuses their memory
             flat_a = self.kept_a(out_a)
             self.profile(cuda_kernel_names)
             if launches:
                 self.ghost(flat_a)
             if self.calls.has("b"):
-                self.stale(out_a, flat_a)
+                held = [out_a]
+                del out_a   # stale() lets it go once call b was checked against it
+                self.stale(held, flat_a)
             self.add(side_stream_findings(self.model, lambda: self.calls.args("a"),
                                           self.device, seen=self.compared))
 
@@ -161,8 +171,9 @@ class GateRun:
         poison_free_memory(self.device, like=lambda: self.calls.pristine("a") + flat_a)
         STATE.ghost_tensors = {}
         try:
-            register_ghost_tensors(list(self.calls.args("a")) + list(self.params))
-            _, out_g, _ = self.call("a", ghost=True)
+            args = self.calls.args("a")
+            register_ghost_tensors(list(args) + list(self.params))
+            _, out_g, _ = self.call("a", ghost=True, args=args)
             flat_g = flat(out_g)
             if flat_a and len(flat_g) == len(flat_a) and all(
                     same(g, a) for g, a in zip(flat_g, flat_a)):
@@ -170,24 +181,34 @@ class GateRun:
         finally:
             STATE.ghost_tensors = {}
 
-    def stale(self, out_a, flat_a) -> None:
+    def stale(self, held_a: list, flat_a) -> None:
         """Call b writes new values into the same buffers as call a: an answer equal to a's is
         stale; then b once more: an answer that is a's again is stale, another one depends on
-        the call before."""
+        the call before. `held_a` holds call a's own outputs (alive, so that b cannot be handed
+        their memory honestly) until b was checked against them; then they go, and b's outputs
+        stay alive through call c likewise (no copies: a copy would be one output more on the
+        device at the worker's peak)."""
         poison_free_memory(self.device, like=lambda: self.calls.pristine("b"))
         args_b, out_b, _ = self.call("b")
-        for f in alias_findings(out_b, args_b, self.params, [out_a]):
+        for f in alias_findings(out_b, args_b, self.params, held_a):
             if f[0] != "output_aliases_input" or not self.ref_aliases():
                 self.add([f])
-        flat_b = [t.detach().clone() for t in flat(out_b)]
-        del out_b
+        held_a.clear()
+        # an output in the inputs' memory is copied: call c writes new values there
+        flat_b = [t.detach().clone() if any(overlaps(t, x) for x in tensors_in(args_b))
+                  else t.detach() for t in flat(out_b)]
+        del args_b
         inputs_differ = self._inputs_digest("a") != self._inputs_digest("b")
         if inputs_differ and flat_a and flat_b and all(
                 same(p, q) for p, q in zip(flat_a, flat_b)) and self.refs_differ():
             self.add([("stale_output", FAIL)])
         if not (inputs_differ and flat_b):
             return
-        _, out_c, _ = self.call("b")
+        args_c, out_c, _ = self.call("b")
+        for f in alias_findings(out_c, args_c, self.params, [out_b]):
+            if f[0] == "output_reuses_earlier_output":
+                self.add([f])
+        del args_c
         flat_c = flat(out_c)
         if len(flat_c) == len(flat_b) and not all(
                 close(c, b) for c, b in zip(flat_c, flat_b)) and self.refs_differ():
