@@ -357,6 +357,64 @@ def test_call_inputs_are_written_scaled_into_the_same_buffers_and_pristine_is_a_
     assert torch.equal(runner.pristine(1, 1.0)[0], sets[1][0])
 
 
+def test_sets_made_again_are_made_in_the_same_buffer_objects_one_set_at_a_time():
+    """A set made again at each call takes the buffers' place without a second set beside
+    them: the same tensor objects every call (the gates register them), the right values, and
+    the last call's memory given back before the next set is made."""
+    import types
+
+    from curate.verify.worker.calls import CallRunner
+    from curate.verify.worker.models import InputSets
+    alive = []
+
+    def get_inputs():
+        # how many earlier sets still hold memory when a new one is made
+        alive.append(sum(1 for t in made if t.untyped_storage().nbytes()))
+        x = torch.randn(256)
+        made.append(x)
+        return [x, 3]
+
+    made: list = []
+    mod = types.SimpleNamespace(get_inputs=get_inputs)
+    sets = InputSets(mod, [11, 12, 13], "cpu", keep_bytes=16)
+    runner = CallRunner(lambda x, n: x * n, sets, "cpu", timers=None)
+    first = runner.inputs(0, 1.0)
+    for k, scale in ((1, 1.5), (2, 1.0), (0, 1.25)):
+        args = runner.inputs(k, scale)
+        assert args[0] is first[0] and args[1] == 3
+        torch.manual_seed(sets.seeds[k])
+        assert torch.equal(args[0], torch.randn(256) * scale)
+    assert alive[-3:] == [0, 0, 0]   # the buffers' memory went first, each time
+
+
+def test_a_batch_keeps_its_last_output_itself_unless_it_lies_in_the_inputs():
+    """Kept outputs are copies, but the batch's last is kept as it is (no call allocates after
+    it): one output's size less at the worker's peak. An output in the inputs' own memory is
+    copied (the next call writes there)."""
+    from curate.verify.worker.calls import CallRunner
+    returned = []
+
+    def fresh(x):
+        returned.append(x * 2)
+        return returned[-1]
+
+    def in_place(x):
+        return x.mul_(2)
+
+    sets = [[torch.randn(8)], [torch.randn(8)]]
+    batch = CallRunner(fresh, sets, "cpu", timers=_Timers()).run([(0, 1.0), (1, 1.0)], keep=True)
+    (a, _), (b, _) = batch.outputs
+    assert a[0].data_ptr() != returned[0].data_ptr()
+    assert b[0].data_ptr() == returned[1].data_ptr()
+    runner = CallRunner(in_place, sets, "cpu", timers=_Timers())
+    (c, _), = runner.run([(0, 1.0)], keep=True).outputs
+    assert c[0].data_ptr() != runner.bufs[0].data_ptr() and torch.equal(c[0], sets[0][0] * 2)
+
+
+class _Timers:
+    perf_counter = staticmethod(__import__("time").perf_counter)
+
+
 def test_digest_is_the_same_in_a_fresh_process():
     """No per-process hash seed: the candidate's worker and the judge agree."""
     code = ("import torch\nfrom curate.verify.worker.digest import digest\n"
