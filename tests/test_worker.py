@@ -385,6 +385,15 @@ def test_sets_made_again_are_made_in_the_same_buffer_objects_one_set_at_a_time()
         torch.manual_seed(sets.seeds[k])
         assert torch.equal(args[0], torch.randn(256) * scale)
     assert alive[-3:] == [0, 0, 0]   # the buffers' memory went first, each time
+    # memory torch cannot resize (a NumPy array's) is let go when the buffer moves on
+    import numpy as np
+    mod.get_inputs = lambda: [torch.from_numpy(np.random.rand(64)), 3]
+    numpy_sets = InputSets(mod, [11, 12], "cpu", keep_bytes=16)
+    runner = CallRunner(lambda x, n: x * n, numpy_sets, "cpu", timers=None)
+    first = runner.inputs(0, 1.0)
+    assert runner.inputs(1, 2.0)[0] is first[0]
+    np.random.seed(12)
+    assert torch.equal(first[0], torch.from_numpy(np.random.rand(64)) * 2.0)
 
 
 def test_a_batch_keeps_its_last_output_itself_unless_it_lies_in_the_inputs():

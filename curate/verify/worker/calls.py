@@ -135,7 +135,7 @@ class CallRunner:
         with torch.no_grad():
             for buf in self.bufs:
                 if isinstance(buf, torch.Tensor):
-                    buf.untyped_storage().resize_(0)
+                    _let_go(buf)
             src = self.base[k]
             if not _same_layout_but_size(self.bufs, src):
                 self.bufs = src
@@ -233,6 +233,15 @@ class CallRunner:
                 after(i - first, args, items, struct, copy)
             del items, args  # the next call may reuse their memory, as in any loop
         return batch
+
+
+def _let_go(buf: torch.Tensor) -> None:
+    """Give a buffer's memory back now (it takes a new set's storage next). Memory torch did
+    not allocate (a NumPy array's, say) cannot be resized: it goes when the buffer moves on."""
+    try:
+        buf.untyped_storage().resize_(0)
+    except RuntimeError:
+        pass
 
 
 def _kept(x, itself: bool):
