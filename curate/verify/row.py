@@ -47,9 +47,12 @@ def row_memory_gb(size_gb: dict | None, keep_gb: float = 1.0, gpu: bool = False)
     if kept:   # the buffers and a pristine copy; three live outputs in the gates' calls
         candidate = 2 * p + sets + outs + 2 * i + 3 * o
         judge = p + sets + outs + 2 * i + max(3 * o, float64)
-    else:      # a set made again is made in the buffers (their memory let go first)
-        candidate = 2 * p + outs + i + max(i, 3 * o)
-        judge = p + outs + i + max(2 * o, float64)
+    else:
+        # a set made again is made in the buffers (their memory let go first). The candidate
+        # holds the kept output (`outs`) beside a pristine copy of the inputs, or beside the
+        # gates' calls b and c; the judge one reference output beside the one received
+        candidate = 2 * p + i + outs + max(i, 2 * o)
+        judge = p + i + max(2 * o, float64)
     return ROW_MEMORY_SLACK * (candidate + judge) + ROW_MEMORY_BASE_GB
 
 
