@@ -615,6 +615,34 @@ def test_trusted_code_is_what_was_loaded_at_setup_wherever_it_lies(tmp_path):
     assert "harness_access:frames" in p.stdout, p.stdout
 
 
+def test_the_gates_hold_no_copy_of_call_b_and_catch_its_storage_answered_again():
+    """Call b's outputs stay alive through call c uncopied (a copy is one output more at the
+    worker's peak): a candidate that hands b's storage back to call c is caught, and an honest
+    one is not."""
+    from curate.verify.worker.gates.sequence import check_candidate
+
+    class Doubles(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    class GivesBackTheLast(Doubles):
+        """Computes every call; from its third (the gates' call c), into the last call's
+        output while that is still held."""
+        last, calls = None, 0
+
+        def forward(self, x):
+            self.calls += 1
+            out = torch.mul(x, 2, out=self.last) if self.calls >= 3 else x * 2
+            self.last = out
+            return out
+
+    a, b = [torch.randn(16)], [torch.randn(16)]
+    honest = check_candidate(Doubles(), a, b, expected_a=[a[0] * 2])
+    assert ("output_reuses_earlier_output", "fail") not in honest, honest
+    reused = check_candidate(GivesBackTheLast(), a, b, expected_a=[a[0] * 2])
+    assert ("output_reuses_earlier_output", "fail") in reused
+
+
 def test_gate_calls_must_answer_like_the_compared_call():
     """The gates call through the same buffers as every call; a candidate whose answer to the
     gates' call differs from its answer to the compared call on the same inputs is caught."""
