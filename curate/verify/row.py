@@ -22,7 +22,7 @@ from .verdict import apply_findings
 
 # A row's device memory, from its reference's inputs and outputs (shapes), by what its two
 # workers hold at their peak: each its models, its input sets (kept while one set is at most
-# `keep_bytes`; else made again at each call, in the buffers), its buffers and a copy, the
+# `keep_bytes`; else made again at each call), its buffers and a fresh set being made, the
 # correctness calls' outputs (kept together while they fit in `keep_bytes`; else one at a
 # time), a live output, a timed output and the gates' or the comparison's temporaries; the
 # judge also runs the reference once in float64 where that run fits (messages.float64_runs:
@@ -48,11 +48,12 @@ def row_memory_gb(size_gb: dict | None, keep_gb: float = 1.0, gpu: bool = False)
         candidate = 2 * p + sets + outs + 2 * i + 3 * o
         judge = p + sets + outs + 2 * i + max(3 * o, float64)
     else:
-        # a set made again is made in the buffers (their memory let go first). The candidate
-        # holds the kept output (`outs`) beside a pristine copy of the inputs, or beside the
-        # gates' calls b and c; the judge one reference output beside the one received
-        candidate = 2 * p + i + outs + max(i, 2 * o)
-        judge = p + i + max(2 * o, float64)
+        # the buffers, and a set being made again (or a pristine copy) beside them: the
+        # candidate also holds its kept output (`outs`) and one more output then, or the gates'
+        # calls b and c; the judge one output beside that set, or a reference output beside
+        # the one received
+        candidate = 2 * p + i + outs + max(i + o, 2 * o)
+        judge = p + i + max(i + o, 2 * o, float64)
     return ROW_MEMORY_SLACK * (candidate + judge) + ROW_MEMORY_BASE_GB
 
 

@@ -83,15 +83,6 @@ def _same_layout(a: list, b: list) -> bool:
     return True
 
 
-def _same_layout_but_size(a: list, b: list) -> bool:
-    """Tensors in the same places with the same dtypes and devices (a buffer whose memory was
-    given back can take on any shape)."""
-    return len(a) == len(b) and all(
-        isinstance(x, torch.Tensor) == isinstance(y, torch.Tensor) and (
-            not isinstance(x, torch.Tensor) or (x.dtype == y.dtype and x.device == y.device))
-        for x, y in zip(a, b))
-
-
 class CallRunner:
     """Calls `model` on variants of `base_sets` (models.InputSets: one list of inputs per trial
     seed, and the poked set)."""
@@ -108,11 +99,9 @@ class CallRunner:
     def inputs(self, k: int, scale: float) -> list:
         """Write call `(k, scale)`'s inputs into the buffers (new buffers when set k's shapes
         differ) and return them."""
-        if self.remade:
-            return self._remake(k, scale)
         src = self.base[k]
         if not _same_layout(self.bufs, src):
-            self.bufs = _clone(src)
+            self.bufs = src if self.remade else _clone(src)
         out = []
         for buf, x in zip(self.bufs, src):
             if isinstance(buf, torch.Tensor):
@@ -125,30 +114,6 @@ class CallRunner:
                 out.append(buf)
             else:
                 out.append(x)
-        return out
-
-    def _remake(self, k: int, scale: float) -> list:
-        """Set `k` made again, in the buffers themselves: their memory goes back to the
-        allocator first, the set is made (in the blocks just freed, as a rule), and each buffer
-        takes its new tensor's memory. The same tensor objects every call, as with kept sets,
-        and one set on the device at a time, not a set and its copy."""
-        with torch.no_grad():
-            for buf in self.bufs:
-                if isinstance(buf, torch.Tensor):
-                    _let_go(buf)
-            src = self.base[k]
-            if not _same_layout_but_size(self.bufs, src):
-                self.bufs = src
-            out = []
-            for buf, x in zip(self.bufs, src):
-                if isinstance(buf, torch.Tensor):
-                    if scale != 1.0 and x.is_floating_point():
-                        x.mul_(scale)
-                    if buf is not x:
-                        buf.set_(x)
-                    out.append(buf)
-                else:
-                    out.append(x)
         return out
 
     def pristine(self, k: int, scale: float) -> list:
@@ -233,15 +198,6 @@ class CallRunner:
                 after(i - first, args, items, struct, copy)
             del items, args  # the next call may reuse their memory, as in any loop
         return batch
-
-
-def _let_go(buf: torch.Tensor) -> None:
-    """Give a buffer's memory back now (it takes a new set's storage next). Memory torch did
-    not allocate (a NumPy array's, say) cannot be resized: it goes when the buffer moves on."""
-    try:
-        buf.untyped_storage().resize_(0)
-    except RuntimeError:
-        pass
 
 
 def _kept(x, itself: bool):
