@@ -120,7 +120,7 @@ class GateRun:
             args, out_a, launches = self.call("a")
             STATE.last_launches = list(dict.fromkeys(launches))
             self.first_call(args, out_a, launches)
-            del args   # the buffers stay the runner's: a set made again reuses their memory
+            del args   # the runner's buffers: each gate call writes its own values there
             flat_a = self.kept_a(out_a)
             self.profile(cuda_kernel_names)
             if launches:
