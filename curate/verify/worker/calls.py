@@ -206,20 +206,26 @@ def _kept(x, itself: bool):
     return x.detach() if itself else x.detach().clone()
 
 
-def _span(t: torch.Tensor) -> tuple[int, int]:
-    start = t.untyped_storage().data_ptr()
-    return start, start + t.untyped_storage().nbytes()
+def _span(t) -> tuple[int, int] | None:
+    try:
+        if t.numel() == 0:
+            return None
+        start = t.untyped_storage().data_ptr()
+        return start, start + t.untyped_storage().nbytes()
+    except Exception:  # noqa: BLE001 - not a tensor, or no storage to read
+        return None
+
+
+def overlaps(a, b) -> bool:
+    """Whether tensors `a` and `b` lie in the same memory, in part."""
+    sa, sb = _span(a), _span(b)
+    return sa is not None and sb is not None and sa[0] < sb[1] and sb[0] < sa[1]
 
 
 def _shares(items: list, inputs: list) -> bool:
     """Whether a tensor of `items` lies in the memory of a tensor of `inputs`."""
-    spans = [_span(y) for y in inputs if isinstance(y, torch.Tensor) and y.numel()]
-    for x in items:
-        if isinstance(x, torch.Tensor) and x.numel():
-            a, a_end = _span(x)
-            if any(a < b_end and b < a_end for b, b_end in spans):
-                return True
-    return False
+    return any(overlaps(x, y) for x in items if isinstance(x, torch.Tensor)
+               for y in inputs if isinstance(y, torch.Tensor))
 
 
 def _refuse_reused(items: list, i: int, alive: dict) -> None:

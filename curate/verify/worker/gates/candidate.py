@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 
+from ..calls import overlaps
 from .state import FAIL, STATE, flat, same, tensors_in
 
 
@@ -84,23 +85,6 @@ class GateCalls:
 
     def pristine(self, which: str) -> list:
         return self._pristine(*self.calls[which])
-
-
-def _storage_span(t):
-    try:
-        if t.numel() == 0:
-            return None
-        start = t.untyped_storage().data_ptr()
-        return start, start + t.untyped_storage().nbytes()
-    except Exception:  # noqa: BLE001
-        return None
-
-
-def overlaps(a, b) -> bool:
-    sa, sb = _storage_span(a), _storage_span(b)
-    if sa is None or sb is None:
-        return False
-    return sa[0] < sb[1] and sb[0] < sa[1]
 
 
 def alias_findings(outputs, inputs, params=(), earlier_outputs=(), ref_aliases_input=False

@@ -12,13 +12,13 @@ is merely wrong is left to the judge's comparison (`incorrect`, not `deceptive`)
 
 from __future__ import annotations
 
+from ..calls import overlaps
 from ..compare import compare
 from ..digest import digest
 from .candidate import (
     GateCalls,
     alias_findings,
     mutation_findings,
-    overlaps,
     profiled_kernels,
     side_stream_findings,
 )
@@ -86,10 +86,8 @@ class GateRun:
         return self.answers["differ"]
 
     def _inputs_digest(self, which: str) -> int:
-        """Call `which`'s inputs as one exact digest, taken as they were written, before the
-        call (two calls' inputs compared without a copy of either)."""
-        if which not in self._digests:
-            self._digests[which] = digest(list(tensors_in(self.calls.pristine(which))))
+        """Call `which`'s inputs as one exact digest, taken by `call` as they were written,
+        before the call (two calls' inputs compared without a copy of either)."""
         return self._digests[which]
 
     def compared(self, out) -> None:
