@@ -17,6 +17,9 @@ measured (worker starts and loads, then the rest; compile ahead and waits left o
   held at their peaks in the run (plus the slack and the base): what a perfect estimate could
   give, not a rule curate has; `grow_peaks_x0.6`: the same with every peak at 0.6 of itself
   (workers that hold fewer copies of the inputs and outputs).
+- `..._waits` (`grow_waits`, `grow_peaks_x0.6_waits`): the same, with the waits a row spends
+  holding its memory added to its phases as measured (waiting for the device behind timed
+  batches, waiting to time): what the rule gives on the run's own device contention.
 
 Rows whose estimate fills the device run alone at the end, as the engine runs them. What this
 cannot show: how the phases themselves change with more rows at once (the device gate, the
@@ -47,6 +50,9 @@ DEVICES = {"h100-80gb": 79.2, "h200": 139.8}
 LOAD_PHASES = ("starting the candidate worker", "starting the judge worker", "candidate load",
                "judge load")
 LEFT_OUT = ("compile compile", "compiling ahead")   # ahead, in the compile pool
+HELD_WAITS = ("waiting for the device", "waiting to time")   # waits while holding memory
+RULES = ("whole", "grow", "grow_waits", "grow_peaks", "grow_peaks_x0.6",
+         "grow_peaks_x0.6_waits")
 
 
 def rows_of(run: dict) -> list[dict]:
@@ -59,6 +65,7 @@ def rows_of(run: dict) -> list[dict]:
         peaks = [mem.get("peak_gb"), mem.get("judge_peak_gb")]
         out.append({"name": name, "status": status, "size_gb": mem.get("size_gb"),
                     "load_s": load, "rest_s": sum(busy.values()) - load,
+                    "held_wait_s": sum(phases.get(k, 0.0) for k in HELD_WAITS),
                     "peak_gb": sum(peaks) if all(p is not None for p in peaks) else None})
     return out
 
@@ -68,10 +75,12 @@ def replay(rows: list[dict], capacity: float, rule: str, slots: int) -> dict:
     gate = MemoryGate(capacity, slots=slots)
     def estimate(r: dict) -> float:
         if rule.startswith("grow_peaks") and r["peak_gb"] is not None:
-            scale = float(rule.split("x")[1]) if "x" in rule else 1.0
+            scale = float(rule.removesuffix("_waits").split("x")[1]) if "x" in rule else 1.0
             return ROW_MEMORY_SLACK * scale * r["peak_gb"] + ROW_MEMORY_BASE_GB
         return row_memory_gb(r["size_gb"], gpu=True)
     need = {i: gate.clamp(estimate(r)) for i, r in enumerate(rows)}
+    rest = {i: r["rest_s"] + (r["held_wait_s"] if rule.endswith("_waits") else 0.0)
+            for i, r in enumerate(rows)}
     alone = [i for i in need if need[i] >= capacity]
     waiting = [i for i in need if i not in alone]
     clock, events, grants, growers = 0.0, [], {}, []
@@ -96,7 +105,7 @@ def replay(rows: list[dict], capacity: float, rule: str, slots: int) -> dict:
                 gate.grow(grants[i])
                 growers.remove(i)
                 waited[i] += clock - entered_at.pop(i)
-                heapq.heappush(events, (clock + rows[i]["rest_s"], "done", i))
+                heapq.heappush(events, (clock + rest[i], "done", i))
 
     admit()
     while events:
@@ -107,7 +116,7 @@ def replay(rows: list[dict], capacity: float, rule: str, slots: int) -> dict:
                 gate._growing_gb += grants[i].extra
                 entered_at[i] = clock
             else:
-                heapq.heappush(events, (clock + rows[i]["rest_s"], "done", i))
+                heapq.heappush(events, (clock + rest[i], "done", i))
         else:
             gate.release(grants.pop(i))
         grow_ready()
@@ -115,7 +124,7 @@ def replay(rows: list[dict], capacity: float, rule: str, slots: int) -> dict:
     shared_end = clock
     for i in alone:
         waited[i] += clock
-        clock += rows[i]["load_s"] + rows[i]["rest_s"]
+        clock += rows[i]["load_s"] + rest[i]
     return {"wall_s": round(clock, 1), "shared_part_s": round(shared_end, 1),
             "alone_rows": len(alone), "pairs_per_hour": round(len(rows) / clock * 3600),
             "memory_wait_s_mean": round(sum(waited.values()) / len(rows), 1)}
@@ -135,7 +144,7 @@ def main() -> None:
     # greedy packing is sensitive to the order rows come in: every rule sees the same orders
     orders = [rows] + [random.Random(k).sample(rows, len(rows)) for k in range(args.orders - 1)]
     for dev, total in DEVICES.items():
-        for rule in ("whole", "grow", "grow_peaks", "grow_peaks_x0.6"):
+        for rule in RULES:
             runs = [replay(o, total * GPU_SHARE, rule, args.slots) for o in orders]
             walls = sorted(r["wall_s"] for r in runs)
             table.append({"device": dev, "capacity_gb": round(total * GPU_SHARE, 1),
@@ -150,10 +159,10 @@ def main() -> None:
                 "pairs_per_hour": round(run["run1"]["pairs_per_hour"])}
     print(f"{len(rows)} rows of {args.run.name} (measured: {measured['wall_s']} s, "
           f"{measured['pairs_per_hour']} pairs/h on {measured['gpu']})")
-    print(f"{'device':10s} {'GB':>6s} {'rule':15s} {'run order s':>11s} {'median s':>8s} "
+    print(f"{'device':10s} {'GB':>6s} {'rule':22s} {'run order s':>11s} {'median s':>8s} "
           f"{'min-max s':>13s} {'alone':>5s} {'pairs/h':>7s}")
     for t in table:
-        print(f"{t['device']:10s} {t['capacity_gb']:6.1f} {t['rule']:15s} "
+        print(f"{t['device']:10s} {t['capacity_gb']:6.1f} {t['rule']:22s} "
               f"{t['run_order']['wall_s']:11.1f} {t['wall_s_median']:8.1f} "
               f"{t['wall_s_min']:6.1f}-{t['wall_s_max']:<6.1f} {t['alone_rows']:5d} "
               f"{t['pairs_per_hour_median']:7d}")
