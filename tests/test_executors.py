@@ -142,6 +142,38 @@ def test_the_scrape_pipeline_streams_alike_here_and_on_ray(cluster, tmp_path):
     assert seen["local"] == seen["ray"]
 
 
+def test_the_llm_replay_pipeline_runs_alike_here_and_on_ray(cluster, examples_dir, tmp_path):
+    """pipelines/llm-replay.yaml as shipped (CUDA candidates from the loopback model server,
+    two samples, two turns), on two problems: the same rows per stage and the same statuses
+    under both executors. On the CPU its CUDA candidates end `unsupported`, and the second turn
+    answers that verdict."""
+    sys.path.insert(0, str(ROOT))
+    from tests.support.llmserver import LLMServer, Replay
+    d = tmp_path / "corpus"
+    d.mkdir()
+    for name in SUBSET[:2]:
+        shutil.copy(examples_dir / name, d / name)
+    server = LLMServer(Replay(ROOT / "tests" / "fixtures" / "llm_replay")).start()
+    try:
+        spec = load_pipeline(ROOT / "pipelines" / "llm-replay.yaml", device="cpu")
+        spec["source"] = {"ingest": {"paths": [str(d)]}}
+        spec["steps"][0]["synth-llm"]["base_url"] = server.url
+        seen, counts = {}, {}
+        for name in ("local", "ray"):
+            stats = build(spec, tmp_path / name, progress=False, executor=name)
+            counts[name] = [(s["name"], s["rows_in"], s["rows_out"]) for s in stats["stages"]]
+            seen[name] = _statuses(tmp_path / name)
+    finally:
+        server.stop()
+    by = {n: (i, o) for n, i, o in counts["local"]}
+    assert by["synth-llm"] == (2, 8), counts   # 2 problems x 2 samples x 2 turns
+    assert counts["local"] == counts["ray"]
+    assert seen["local"] == seen["ray"]
+    assert set(seen["local"].values()) >= {"unsupported"}
+    turns = {r.get("turn") for r in read_rows(tmp_path / "ray" / "stages" / "02-synth-llm.parquet")}
+    assert turns == {0, 1}
+
+
 def test_a_verify_actor_killed_mid_build_loses_no_row(corpus, cluster, tmp_path):
     out = tmp_path / "b"
     killed = []
