@@ -706,6 +706,33 @@ def test_a_scale_invariant_program_is_not_taken_for_stale_outputs(cache_dir):
     assert res["stale_cache"].status == "deceptive", res["stale_cache"].reasons
 
 
+def test_the_extensions_a_cpp_candidate_is_built_for_are_read_from_its_flags():
+    from curate.verify.isa import missing, required
+    code = "_BUILD = {'flags': ['-O3', '-march=native', '-mavx512f', '-mavx512vnni', '-mfma']}"
+    assert required(code) == ["avx512f", "avx512vnni", "fma"]
+    intel = frozenset({"avx2", "fma", "avx512f", "avx512vnni"})   # cpuinfo's avx512_vnni
+    assert missing(code, intel) == []
+    assert missing(code, frozenset({"avx2", "fma"})) == ["avx512f", "avx512vnni"]
+    assert required("flags = ['-O3', '-march=native']") == []
+
+
+def test_a_cpp_pair_built_for_extensions_this_cpu_lacks_is_unsupported_not_crashed(cache_dir):
+    """inductor's C++ output steps by its generating CPU's vector width and names its
+    extensions in its build flags: on a CPU without them it dies of SIGILL. Such a row is
+    `unsupported` before anything runs, with the extensions named; the same pair built for
+    this CPU verifies."""
+    ref = (Path(__file__).resolve().parents[1] / "examples" /
+           "19_cosine_similarity_loss.py").read_text()
+    code = (FIX / "cpp_cosine_similarity_loss.py").read_text()
+    assert "'-mf16c'" in code
+    alien = {**pair("cpp_cosine_similarity_loss", backend="cpp", ref=ref), "id": "alien",
+             "kernel_code": code.replace("'-mf16c'", "'-mavx512madeup'")}
+    with Verifier(device="cpu", workers=1, cache_dir=cache_dir) as v:
+        (_, res), = v.verify([alien])
+    assert res.status == "unsupported", (res.status, res.reasons, res.error)
+    assert "cpu_lacks:avx512madeup" in res.reasons and "avx512madeup" in res.error
+
+
 def test_a_reference_that_is_rounding_noise_is_degenerate_not_the_candidate_wrong(cache_dir):
     """A float32 reference that its own float64 run does not reproduce within tolerance cannot
     judge a candidate: `degenerate_reference` + `reference_unstable`, not `incorrect`. A wrong

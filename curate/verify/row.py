@@ -14,6 +14,7 @@ from ..record import row_key
 from . import messages as msg
 from .budget import RowClock
 from .correctness import correctness
+from .isa import missing
 from .resized import plan_second
 from .result import BACKENDS, VerifyResult, infer_backend
 from .sides import RowOver, Side
@@ -178,6 +179,12 @@ class RowRun:
         if self.backend == "cpp" and self.cfg.device == "cuda":
             self._end("unsupported", "cpp_needs_cpu",
                       error="a C++ pair is timed on the CPU: run verify with --device cpu")
+        lacks = missing(code) if self.backend == "cpp" else []
+        if lacks:
+            self._end("unsupported", "cpu_lacks:" + ",".join(lacks),
+                      error=f"the C++ kernels are built for {', '.join(lacks)}, which this CPU "
+                            "lacks: verify the pair on a CPU that has them, or generate it "
+                            "again here (curate synth inductor --device cpu)")
 
     def _compile(self) -> dict | None:
         """Build ahead in a fresh worker (CUDA extensions, inductor's C++ and Triton kernels) so
