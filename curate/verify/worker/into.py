@@ -37,10 +37,7 @@ class IntoBuffers(TorchFunctionMode):
             buf = self._claim(func, args, kwargs)
             if buf is not None:
                 rest = {k: v for k, v in kwargs.items() if k not in _FROM_OUT}
-                try:   # the buffer's own device named: an outer device context adds none
-                    return func(*args, **rest, device=buf.device, out=buf)
-                except Exception:  # noqa: BLE001 - a form `out=` refuses: made as usual
-                    self.free.append(buf)
+                return func(*args, **rest, out=buf)
         return func(*args, **kwargs)
 
     def _claim(self, func, args, kwargs) -> torch.Tensor | None:
