@@ -3,11 +3,10 @@ for a row whose sets are made again at each call (multi-GiB problems), a second 
 the device is most of what a worker holds beyond its buffers and outputs.
 
 `get_inputs()` runs as it always does; while it runs, a factory call (`torch.randn`, `rand`,
-`randint`, `zeros`, `ones`, `full`) for the buffers' device whose result has the shape and
-dtype of a buffer not yet filled fills that buffer through the call's `out=` form: the same
-kernel on the same generator state, so the same bits as the plain call (and as `pristine`, which
-makes the set as usual), in the judge as in the candidate's worker. `empty` is left alone: what
-it holds is whatever the memory held, which a buffer would answer differently. What `get_inputs()` returns is then settled position by position: a buffer itself stays;
+`randint`, `zeros`, `ones`, `full`, `empty`) whose result has the shape and dtype of a buffer
+not yet filled fills that buffer through the call's `out=` form: the same kernel on the same
+generator state, so the same bits as the plain call, in the judge as in the candidate's
+worker. What `get_inputs()` returns is then settled position by position: a buffer itself stays;
 anything else (a value computed from a factory's result) is copied into its position's buffer,
 through a copy of its own where it lies in a buffer's memory. The buffers keep their addresses,
 so a cache keyed by pointer still sees the same pointers with new values."""
@@ -19,7 +18,8 @@ from torch.overrides import TorchFunctionMode
 
 from .calls import overlaps
 
-FILLS = frozenset({torch.randn, torch.rand, torch.randint, torch.zeros, torch.ones, torch.full})
+FILLS = frozenset({torch.randn, torch.rand, torch.randint, torch.zeros, torch.ones, torch.full,
+                   torch.empty})
 # what the `out=` form takes from the tensor it fills
 _FROM_OUT = ("dtype", "device", "layout", "pin_memory", "memory_format")
 
@@ -45,10 +45,7 @@ class IntoBuffers(TorchFunctionMode):
             like = func(*args, **{**kwargs, "device": "meta"})
         except Exception:  # noqa: BLE001 - a call the meta device cannot take: made as usual
             return None
-        asked = kwargs.get("device")   # none: the worker's own (the buffers' device)
         for i, b in enumerate(self.free):
-            if asked is not None and torch.device(asked) != b.device:
-                continue   # another device's generator: other bits
             if b.shape == like.shape and b.dtype == like.dtype and b.is_contiguous():
                 return self.free.pop(i)
         return None
