@@ -435,40 +435,6 @@ def test_a_set_whose_tensors_share_memory_is_made_as_usual():
     assert [g.data_ptr() for g in got] == [b.data_ptr() for b in bufs]
 
 
-def test_a_call_that_changed_its_inputs_is_told_without_a_second_set():
-    """For sets made again, whether a call changed its inputs is read from digests of the
-    buffers as it left them and written again (no pristine set beside them); an output in the
-    buffers' memory keeps its values (the check falls back to a pristine copy)."""
-    import types
-
-    from curate.verify.worker.calls import CallRunner
-    from curate.verify.worker.models import InputSets
-    mod = types.SimpleNamespace(get_inputs=lambda: [torch.randn(512), torch.randn(512)])
-    made = []
-    sets = InputSets(mod, [11, 12], "cpu", keep_bytes=16)
-    real_pristine = sets.__class__.__getitem__
-
-    def counting(self, k):
-        made.append(k)
-        return real_pristine(self, k)
-    runner = CallRunner(None, sets, "cpu", timers=None)
-    sets.__class__.__getitem__ = counting
-    try:
-        args = runner.inputs(1, 1.5)
-        out = args[0] + args[1]
-        assert runner.unchanged(1, 1.5, args, keep=[out]) and not made
-        args = runner.inputs(0, 1.0)
-        args[1].mul_(0)
-        assert not runner.unchanged(0, 1.0, args, keep=[]) and not made
-        torch.manual_seed(11)
-        assert torch.equal(args[1], [torch.randn(512), torch.randn(512)][1])  # written again
-        args = runner.inputs(1, 1.0)
-        same = args[0]                       # the output is the input: left as the call left it
-        assert runner.unchanged(1, 1.0, args, keep=[same]) and made == [1]
-    finally:
-        sets.__class__.__getitem__ = real_pristine
-
-
 def test_the_judge_makes_no_inputs_for_a_float64_run_it_skips():
     """The precision check takes its inputs as a function: a large row whose float64 run is
     skipped makes no copy of its inputs; a small one still runs it."""

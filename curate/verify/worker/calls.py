@@ -24,7 +24,6 @@ import torch
 
 from .clock import reset_persisting_l2
 from .compare import flatten_outputs
-from .digest import digest
 
 
 def poked(inputs: list, seed: int, in_place: bool = False) -> list:
@@ -62,16 +61,6 @@ class Batch:
     # the harness's own milliseconds around the calls, summed over the batch (evidence only):
     # `before` writes the inputs, flushes and synchronizes; `after` checks and copies outputs
     harness_ms: dict = field(default_factory=lambda: {"before": 0.0, "after": 0.0})
-
-
-def inputs_equal(a: list, b: list) -> bool:
-    for x, y in zip(a, b):
-        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
-            if x.shape != y.shape or not torch.equal(x, y):
-                if not (x.is_floating_point() and torch.equal(torch.nan_to_num(x),
-                                                              torch.nan_to_num(y))):
-                    return False
-    return True
 
 
 def _clone(x):
@@ -139,20 +128,6 @@ class CallRunner:
         if self.remade and not _shares(list(keep), self.bufs):
             return self.inputs(k, scale)
         return self.pristine(k, scale)
-
-    def unchanged(self, k: int, scale: float, args: list, keep: list = ()) -> bool:
-        """Whether `args`, the buffers as a call left them, still hold call `(k, scale)`'s
-        inputs. For sets made again: their digest against the digest of the buffers written
-        again (no second set on the device), unless a tensor of `keep` (the call's outputs)
-        lies in their memory; else a comparison with `pristine`."""
-        mine = [x for x in args if isinstance(x, torch.Tensor)]
-        bufs = [x for x in self.bufs if isinstance(x, torch.Tensor)]
-        if self.remade and len(mine) == len(bufs) and all(a is b for a, b in zip(mine, bufs)) \
-                and not _shares(list(keep), bufs):
-            left = digest(mine)
-            again = [x for x in self.inputs(k, scale) if isinstance(x, torch.Tensor)]
-            return digest(again) == left
-        return inputs_equal(args, self.pristine(k, scale))
 
     def pristine(self, k: int, scale: float) -> list:
         """A separate copy of call `(k, scale)`'s inputs (to see whether the call changed them)."""
