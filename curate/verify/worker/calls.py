@@ -98,36 +98,23 @@ class CallRunner:
 
     def inputs(self, k: int, scale: float) -> list:
         """Write call `(k, scale)`'s inputs into the buffers (new buffers when set k's shapes
-        differ) and return them. A set made again is made straight into the buffers where it
-        can be (models.InputSets.write), not beside them."""
-        write = getattr(self.base, "write", None) if self.remade else None
-        src = write(k, self.bufs) if write is not None else None
-        if src is None:
-            src = self.base[k]
-            if not _same_layout(self.bufs, src):
-                self.bufs = src if self.remade else _clone(src)
+        differ) and return them."""
+        src = self.base[k]
+        if not _same_layout(self.bufs, src):
+            self.bufs = src if self.remade else _clone(src)
         out = []
         for buf, x in zip(self.bufs, src):
             if isinstance(buf, torch.Tensor):
                 if scale != 1.0 and buf.is_floating_point():
                     # one pass writing the scaled values (a copy then a scaling in place read
-                    # and wrote the buffer twice: the same bits, twice the harness's cost);
-                    # `x` is the buffer itself where the set was made into it
+                    # and wrote the buffer twice: the same bits, twice the harness's cost)
                     torch.mul(x, scale, out=buf)
-                elif x is not buf:
+                else:
                     buf.copy_(x)
                 out.append(buf)
             else:
                 out.append(x)
         return out
-
-    def fresh(self, k: int, scale: float, keep: list = ()) -> list:
-        """Call `(k, scale)`'s inputs for a pass that reads them and keeps none of them (the
-        judge's float64 checks): for sets made again, the buffers written again, not a second
-        set beside them, unless a tensor of `keep` lies in their memory; else `pristine`."""
-        if self.remade and not _shares(list(keep), self.bufs):
-            return self.inputs(k, scale)
-        return self.pristine(k, scale)
 
     def pristine(self, k: int, scale: float) -> list:
         """A separate copy of call `(k, scale)`'s inputs (to see whether the call changed them)."""

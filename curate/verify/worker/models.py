@@ -12,7 +12,6 @@ import torch
 
 from ...isolation.program import to_device
 from .calls import poked
-from .into import IntoBuffers, distinct, settle
 
 
 def seed_all(seed: int) -> None:
@@ -35,17 +34,6 @@ def make_inputs(mod, seed: int, device: str) -> list:
     with _device_ctx(device):
         inputs = list(mod.get_inputs())
     return [to_device(x, device) for x in inputs]
-
-
-def make_inputs_into(mod, seed: int, device: str, bufs: list) -> list | None:
-    """`make_inputs`, with the set written into `bufs` (into.py): the same bits, and no second
-    set beside the buffers. None where it cannot be (the caller makes the set as usual)."""
-    if not distinct(bufs):
-        return None
-    seed_all(seed)
-    with _device_ctx(device), IntoBuffers(bufs):
-        got = list(mod.get_inputs())
-    return settle([to_device(x, device) for x in got], bufs)
 
 
 def init_args(mod, seed: int, device: str) -> list:
@@ -125,20 +113,6 @@ class InputSets:
             return make_inputs(self.mod, self.seeds[k], self.device)
         return poked(make_inputs(self.mod, self.seeds[0], self.device), int(self.poke),
                      in_place=True)
-
-    def write(self, k: int, bufs: list) -> list | None:
-        """Set `k` made again straight into `bufs` (sets made again only): the buffers, now
-        holding it. None for kept sets, or where it cannot be done (make it with `self[k]`)."""
-        if self._kept is not None or self._first is not None:
-            return None
-        k = k + len(self) if k < 0 else k
-        if not 0 <= k < len(self):
-            raise IndexError(f"input set {k} of {len(self)}")
-        seed = self.seeds[k] if k < len(self.seeds) else self.seeds[0]   # the poked set: 0's
-        got = make_inputs_into(self.mod, seed, self.device, bufs)
-        if got is not None and k >= len(self.seeds):
-            got = poked(got, int(self.poke), in_place=True)
-        return got
 
 
 def base_sets(mod, seeds: list[int], device: str, poke: int | None = None,
