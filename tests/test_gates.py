@@ -265,6 +265,38 @@ def test_judge_degeneracy_check_uses_the_verdicts_comparison():
     assert flags([[torch.randn(4, 4)], [torch.randn(4, 4)]]) == {}
 
 
+def test_a_mean_loss_is_not_degenerate_whatever_the_runs_secret():
+    """A mean over many random elements (a loss) gives nearly the same output for every trial
+    set, within the verdict's tolerance; only a scaled call tells it from a constant. Every
+    run's calls hold one, at a scale that moves such an output past the tolerance, so the
+    verdict does not depend on the secret (it once did: a bundled loss example flipped between
+    `verified` and `degenerate_reference` from run to run)."""
+    import random
+
+    from curate.verify.correctness import correctness_calls
+    from curate.verify.worker.gates.degeneracy import ReferenceDegeneracy
+    from curate.verify.worker.hooks import CheckContext
+
+    g = torch.Generator().manual_seed(0)
+    sets = [torch.randn(1 << 16, generator=g) for _ in range(3)]
+    poked = sets[0].clone()
+    poked[7] += 1.0
+    sets.append(poked)
+
+    def loss(x):
+        return (x * x).mean() + 10.0   # 11 within about 1e-5 for every set
+
+    assert all(abs(loss(x) - loss(sets[0])) / loss(sets[0]) < 1e-3 for x in sets)
+    for i in range(64):
+        calls = correctness_calls(random.Random(f"{i:032x}:row"), trials=3)
+        assert any(scale != 1.0 for _, scale in calls), calls
+        outs = [[loss(sets[k] * scale)] for k, scale in calls]
+        ctx = CheckContext(role="judge", device="cpu", backend="triton", pytorch_code="",
+                           kernel_code="", ref_outputs=outs)
+        ReferenceDegeneracy().after_reference(ctx)
+        assert ctx.findings == [], (calls, ctx.findings)
+
+
 def test_degeneracy_zero_rule_is_the_verdicts_comparison_against_zeros():
     """The judge's streaming zero check answers as compare(output, zeros) would, for every
     dtype the tolerances name (it relies on their relative-norm bounds being below 1)."""
