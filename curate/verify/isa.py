@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import re
 
+from .machine import cpuinfo
+
 # the build flags that name an extension (`-march=native` names none: it is the builder's own)
 _FLAG = re.compile(r"""['"]-m(avx[0-9a-z_.-]*|fma[0-9]*|f16c|amx[0-9a-z_-]*|sse[0-9a-z_.]*)['"]""")
 
@@ -29,14 +31,8 @@ def required(code: str) -> list[str]:
 @functools.cache
 def cpu_flags() -> frozenset[str] | None:
     """This CPU's extensions (normalized), or None where the system does not say (not Linux)."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("flags"):
-                    return frozenset(_norm(f) for f in line.split(":", 1)[1].split())
-    except OSError:
-        return None
-    return None
+    flags = cpuinfo().get("flags")
+    return None if flags is None else frozenset(_norm(f) for f in flags.split())
 
 
 def missing(code: str, flags: frozenset[str] | None = None) -> list[str]:

@@ -39,15 +39,24 @@ def gate_versions() -> dict[str, str]:
 
 
 @functools.lru_cache(maxsize=1)
-def cpu() -> dict:
-    model = None
+def cpuinfo() -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo (`model name`, `flags`), read once; empty
+    where the system does not say (not Linux)."""
+    fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+            if not line.strip():
+                break   # the first processor's block ends here; the others repeat it
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
+    return fields
+
+
+@functools.lru_cache(maxsize=1)
+def cpu() -> dict:
+    model = cpuinfo().get("model name")
     return {"cpu": model or platform.processor() or None, "cores": os.cpu_count()}
 
 
