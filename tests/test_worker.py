@@ -377,6 +377,132 @@ def test_sets_made_again_are_written_into_the_same_buffers_every_call():
         assert torch.equal(args[0], torch.randn(256) * scale)
 
 
+def _made_by(body):
+    """A reference module whose get_inputs is `body` and records every factory result."""
+    import types
+    made = []
+
+    def get_inputs():
+        out = body()
+        made.extend(x.data_ptr() for x in out if isinstance(x, torch.Tensor))
+        return out
+    return types.SimpleNamespace(get_inputs=get_inputs), made
+
+
+INPUT_BODIES = {
+    "factories": lambda: [torch.randn(64, 32), torch.rand(32), 7],
+    "computed": lambda: [torch.rand(64, 32) * torch.rand(()), torch.rand(64, 32)],
+    "chained": lambda: [(torch.rand(4, 16) * 3).softmax(dim=-1), torch.rand(4, 16).softmax(-1)],
+    "filled_after": lambda: [torch.empty(128).uniform_(-2, 2), torch.zeros(3).add_(1)],
+
+    "mixed_dtypes": lambda: [torch.rand(16), torch.randint(0, 2, (16,)).float() * 2 - 1,
+                             torch.randint(0, 5, (16,))],
+}
+
+
+@pytest.mark.parametrize("body", sorted(INPUT_BODIES))
+def test_a_set_made_into_its_buffers_has_the_bits_of_one_made_as_usual(body):
+    """Sets made again are made straight into the buffers (worker/into.py): the same bits as
+    get_inputs() made as usual under the same seed (the judge and the candidate agree however
+    each made it), the buffers at the same addresses, and no tensor of the set's size made
+    beside them where get_inputs only calls factories."""
+    from curate.verify.worker.models import make_inputs, make_inputs_into
+    mod, made = _made_by(INPUT_BODIES[body])
+    bufs = make_inputs(mod, 1, "cpu")
+    ptrs = [x.data_ptr() for x in bufs if isinstance(x, torch.Tensor)]
+    for seed in (2, 3, 2):
+        plain = make_inputs(mod, seed, "cpu")
+        made.clear()
+        got = make_inputs_into(mod, seed, "cpu", bufs)
+        assert got is not None
+        assert [x.data_ptr() for x in got if isinstance(x, torch.Tensor)] == ptrs
+        for x, y in zip(got, plain):
+            assert torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y
+        if body == "factories":
+            assert made == ptrs   # nothing returned was made outside the buffers
+
+
+def test_only_factories_for_the_buffers_device_fill_them():
+    """A factory asked for another device draws on that device's generator (other bits than
+    the buffer's device would give), and `empty` holds whatever its memory held: neither fills
+    a buffer."""
+    from curate.verify.worker.into import IntoBuffers
+    buf = torch.zeros(32)
+    with IntoBuffers([buf]):
+        other = torch.randn(32, device="meta")
+        unset = torch.empty(32)
+        mine = torch.randn(32)
+    assert other.device.type == "meta" and unset is not buf
+    assert mine.data_ptr() == buf.data_ptr()
+
+
+def test_a_set_whose_tensors_share_memory_is_made_as_usual():
+    """A set that returns one tensor twice (or one tensor's view beside it) cannot be written
+    into itself position by position: it is made beside the buffers, as before."""
+    from curate.verify.worker.models import make_inputs, make_inputs_into
+    x = torch.randn(8)
+    assert make_inputs_into(_made_by(lambda: [x, x])[0], 2, "cpu", [x, x]) is None
+    swapped, _ = _made_by(lambda: (lambda a, b: [b, a])(torch.randn(8), torch.randn(8)))
+    bufs = make_inputs(swapped, 1, "cpu")
+    got = make_inputs_into(swapped, 2, "cpu", bufs)
+    for g, p in zip(got, make_inputs(swapped, 2, "cpu")):
+        assert torch.equal(g, p)
+    assert [g.data_ptr() for g in got] == [b.data_ptr() for b in bufs]
+
+
+def test_a_call_that_changed_its_inputs_is_told_without_a_second_set():
+    """For sets made again, whether a call changed its inputs is read from digests of the
+    buffers as it left them and written again (no pristine set beside them); an output in the
+    buffers' memory keeps its values (the check falls back to a pristine copy)."""
+    import types
+
+    from curate.verify.worker.calls import CallRunner
+    from curate.verify.worker.models import InputSets
+    mod = types.SimpleNamespace(get_inputs=lambda: [torch.randn(512), torch.randn(512)])
+    made = []
+    sets = InputSets(mod, [11, 12], "cpu", keep_bytes=16)
+    real_pristine = sets.__class__.__getitem__
+
+    def counting(self, k):
+        made.append(k)
+        return real_pristine(self, k)
+    runner = CallRunner(None, sets, "cpu", timers=None)
+    sets.__class__.__getitem__ = counting
+    try:
+        args = runner.inputs(1, 1.5)
+        out = args[0] + args[1]
+        assert runner.unchanged(1, 1.5, args, keep=[out]) and not made
+        args = runner.inputs(0, 1.0)
+        args[1].mul_(0)
+        assert not runner.unchanged(0, 1.0, args, keep=[]) and not made
+        torch.manual_seed(11)
+        assert torch.equal(args[1], [torch.randn(512), torch.randn(512)][1])  # written again
+        args = runner.inputs(1, 1.0)
+        same = args[0]                       # the output is the input: left as the call left it
+        assert runner.unchanged(1, 1.0, args, keep=[same]) and made == [1]
+    finally:
+        sets.__class__.__getitem__ = real_pristine
+
+
+def test_the_judge_makes_no_inputs_for_a_float64_run_it_skips():
+    """The precision check takes its inputs as a function: a large row whose float64 run is
+    skipped makes no copy of its inputs; a small one still runs it."""
+    from curate.verify.worker import precision
+    model = torch.nn.Identity()
+    x = torch.rand(1024)
+    asked = []
+
+    def inputs():
+        asked.append(1)
+        return [x.clone()]
+    skipped = precision.precision_profile(model, inputs, [x], [x.clone()], float64_keep_bytes=64,
+                                          input_bytes=x.numel() * 4)
+    assert "float64_skipped" in skipped and not asked
+    ran = precision.precision_profile(model, inputs, [x], [x.clone()],
+                                      float64_keep_bytes=1 << 30, input_bytes=x.numel() * 4)
+    assert asked == [1] and "err_vs_float64" in ran
+
+
 def test_a_batch_keeps_its_last_output_itself_unless_it_lies_in_the_inputs():
     """Kept outputs are copies, but the batch's last is kept as it is (no call allocates after
     it): one output's size less at the worker's peak. An output in the inputs' own memory is

@@ -24,6 +24,7 @@ import torch
 
 from .clock import reset_persisting_l2
 from .compare import flatten_outputs
+from .digest import digest
 
 
 def poked(inputs: list, seed: int, in_place: bool = False) -> list:
@@ -63,6 +64,16 @@ class Batch:
     harness_ms: dict = field(default_factory=lambda: {"before": 0.0, "after": 0.0})
 
 
+def inputs_equal(a: list, b: list) -> bool:
+    for x, y in zip(a, b):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if x.shape != y.shape or not torch.equal(x, y):
+                if not (x.is_floating_point() and torch.equal(torch.nan_to_num(x),
+                                                              torch.nan_to_num(y))):
+                    return False
+    return True
+
+
 def _clone(x):
     if isinstance(x, torch.Tensor):
         return x.clone()
@@ -98,23 +109,50 @@ class CallRunner:
 
     def inputs(self, k: int, scale: float) -> list:
         """Write call `(k, scale)`'s inputs into the buffers (new buffers when set k's shapes
-        differ) and return them."""
-        src = self.base[k]
-        if not _same_layout(self.bufs, src):
-            self.bufs = src if self.remade else _clone(src)
+        differ) and return them. A set made again is made straight into the buffers where it
+        can be (models.InputSets.write), not beside them."""
+        write = getattr(self.base, "write", None) if self.remade else None
+        src = write(k, self.bufs) if write is not None else None
+        if src is None:
+            src = self.base[k]
+            if not _same_layout(self.bufs, src):
+                self.bufs = src if self.remade else _clone(src)
         out = []
         for buf, x in zip(self.bufs, src):
             if isinstance(buf, torch.Tensor):
                 if scale != 1.0 and buf.is_floating_point():
                     # one pass writing the scaled values (a copy then a scaling in place read
-                    # and wrote the buffer twice: the same bits, twice the harness's cost)
+                    # and wrote the buffer twice: the same bits, twice the harness's cost);
+                    # `x` is the buffer itself where the set was made into it
                     torch.mul(x, scale, out=buf)
-                else:
+                elif x is not buf:
                     buf.copy_(x)
                 out.append(buf)
             else:
                 out.append(x)
         return out
+
+    def fresh(self, k: int, scale: float, keep: list = ()) -> list:
+        """Call `(k, scale)`'s inputs for a pass that reads them and keeps none of them (the
+        judge's float64 checks): for sets made again, the buffers written again, not a second
+        set beside them, unless a tensor of `keep` lies in their memory; else `pristine`."""
+        if self.remade and not _shares(list(keep), self.bufs):
+            return self.inputs(k, scale)
+        return self.pristine(k, scale)
+
+    def unchanged(self, k: int, scale: float, args: list, keep: list = ()) -> bool:
+        """Whether `args`, the buffers as a call left them, still hold call `(k, scale)`'s
+        inputs. For sets made again: their digest against the digest of the buffers written
+        again (no second set on the device), unless a tensor of `keep` (the call's outputs)
+        lies in their memory; else a comparison with `pristine`."""
+        mine = [x for x in args if isinstance(x, torch.Tensor)]
+        bufs = [x for x in self.bufs if isinstance(x, torch.Tensor)]
+        if self.remade and len(mine) == len(bufs) and all(a is b for a, b in zip(mine, bufs)) \
+                and not _shares(list(keep), bufs):
+            left = digest(mine)
+            again = [x for x in self.inputs(k, scale) if isinstance(x, torch.Tensor)]
+            return digest(again) == left
+        return inputs_equal(args, self.pristine(k, scale))
 
     def pristine(self, k: int, scale: float) -> list:
         """A separate copy of call `(k, scale)`'s inputs (to see whether the call changed them)."""

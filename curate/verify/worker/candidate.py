@@ -17,7 +17,7 @@ from ...isolation.program import load_program
 from ..errors import classify_exception
 from ..messages import Calls, Failed, Fetch, Finished, Load, Loaded, Outputs, Reply
 from . import transport
-from .calls import CallRunner, OutputRefused
+from .calls import CallRunner, OutputRefused, inputs_equal
 from .clock import TIMERS, flush_for, reset_persisting_l2
 from .digest import digest
 from .hooks import CandidateCall, load_checks, run_hook
@@ -27,7 +27,6 @@ from .models import (
     build_model,
     env_info,
     init_args,
-    inputs_equal,
     share_parameters,
 )
 from .session import (
@@ -117,11 +116,16 @@ def _calls(s: Session, req: Calls, planned: list[tuple[int, float]]) -> Reply:
             return
         k, scale = planned[i]
         t_gates = TIMERS.perf_counter()
-        pristine = s.runner.pristine(k, scale)
-        if not inputs_equal(args, pristine):
-            s.ctx.flag("input_mutated")
         if s.runner.remade and s.device == "cuda":
-            pristine = []   # large sets: the gates take their copies through ctx.pristine
+            # large sets: no second set on the device (digests of the buffers as the call left
+            # them and written again); the gates take what they need through ctx.pristine
+            if not s.runner.unchanged(k, scale, args, keep=[*items, *(copy or [])]):
+                s.ctx.flag("input_mutated")
+            pristine = []
+        else:
+            pristine = s.runner.pristine(k, scale)
+            if not inputs_equal(args, pristine):
+                s.ctx.flag("input_mutated")
         if copy is None:
             copy = [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in items]
         run_hook(s.checks, "after_call", s.ctx, CandidateCall(

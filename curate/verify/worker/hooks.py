@@ -51,6 +51,9 @@ class CheckContext:
     # arguments tells their calls from the compared and timed ones
     call_inputs: Callable | None = None
     pristine: Callable | None = None
+    # `unchanged(k, scale, args, keep)`: whether the buffers a call left still hold its inputs
+    # (CallRunner.unchanged: for sets made again, without a second set on the device)
+    unchanged: Callable | None = None
     input_sets: int = 0     # trial input sets the calls may name (the poked set not counted)
     ref_outputs: list | None = None             # judge: per call, the reference's outputs
     findings: list[Finding] = field(default_factory=list)

@@ -32,7 +32,7 @@ from .compare import compare
 from .digest import digest
 from .hooks import load_checks, run_hook
 from .memory import peak_notes, reset_peak
-from .models import base_sets, build_model, describe_sets, env_info, init_args
+from .models import base_sets, build_model, describe_sets, env_info, init_args, set_bytes
 from .precision import precision_profile, reference_instability
 from .session import Session, batch_reply, parse_calls
 
@@ -172,8 +172,12 @@ def compare_call(s: Session, req: Compare) -> Reply:
 
 def _precision(s: Session, call, ref_items: list, items: list) -> None:
     keep = s.keep_bytes if s.device == "cuda" else None   # the CPU never skips it
-    s.precision = precision_profile(s.ctx.ref_model, s.runner.pristine(*call), ref_items, items,
-                                    float64_keep_bytes=keep)
+    runner = s.runner
+    # the inputs are made only for the float64 run, which large rows skip on the GPU
+    s.precision = precision_profile(s.ctx.ref_model,
+                                    lambda: runner.fresh(*call, keep=[*ref_items, *items]),
+                                    ref_items, items, float64_keep_bytes=keep,
+                                    input_bytes=set_bytes(runner.bufs))
     if s.precision.get("reduced_precision"):
         s.ctx.flag("reduced_precision", fatal=True)
     elif s.precision.get("below_float32"):
@@ -189,8 +193,8 @@ def finish(s: Session) -> Reply:
         t0 = TIMERS.perf_counter()
         (k, scale) = s.ref_calls[0]
         ref_items, _ = _reference_of(s, (k, scale))
-        unstable = reference_instability(s.ctx.ref_model, s.runner.pristine(k, scale),
-                                         ref_items)
+        unstable = reference_instability(s.ctx.ref_model,
+                                         s.runner.fresh(k, scale, keep=ref_items), ref_items)
         if unstable:
             s.ctx.flag("reference_unstable", fatal=True, status="degenerate_reference")
             s.ctx.notes["reference_vs_float64"] = unstable

@@ -12,6 +12,7 @@ import torch
 
 from ...isolation.program import to_device
 from .calls import poked
+from .into import IntoBuffers, distinct, settle
 
 
 def seed_all(seed: int) -> None:
@@ -34,6 +35,17 @@ def make_inputs(mod, seed: int, device: str) -> list:
     with _device_ctx(device):
         inputs = list(mod.get_inputs())
     return [to_device(x, device) for x in inputs]
+
+
+def make_inputs_into(mod, seed: int, device: str, bufs: list) -> list | None:
+    """`make_inputs`, with the set written into `bufs` (into.py): the same bits, and no second
+    set beside the buffers. None where it cannot be (the caller makes the set as usual)."""
+    if not distinct(bufs):
+        return None
+    seed_all(seed)
+    with _device_ctx(device), IntoBuffers(bufs):
+        got = list(mod.get_inputs())
+    return settle([to_device(x, device) for x in got], bufs)
 
 
 def init_args(mod, seed: int, device: str) -> list:
@@ -114,6 +126,20 @@ class InputSets:
         return poked(make_inputs(self.mod, self.seeds[0], self.device), int(self.poke),
                      in_place=True)
 
+    def write(self, k: int, bufs: list) -> list | None:
+        """Set `k` made again straight into `bufs` (sets made again only): the buffers, now
+        holding it. None for kept sets, or where it cannot be done (make it with `self[k]`)."""
+        if self._kept is not None or self._first is not None:
+            return None
+        k = k + len(self) if k < 0 else k
+        if not 0 <= k < len(self):
+            raise IndexError(f"input set {k} of {len(self)}")
+        seed = self.seeds[k] if k < len(self.seeds) else self.seeds[0]   # the poked set: 0's
+        got = make_inputs_into(self.mod, seed, self.device, bufs)
+        if got is not None and k >= len(self.seeds):
+            got = poked(got, int(self.poke), in_place=True)
+        return got
+
 
 def base_sets(mod, seeds: list[int], device: str, poke: int | None = None,
               keep_bytes: int | None = None) -> InputSets:
@@ -123,16 +149,6 @@ def base_sets(mod, seeds: list[int], device: str, poke: int | None = None,
 
 def set_bytes(inputs: list) -> int:
     return sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
-
-
-def inputs_equal(a: list, b: list) -> bool:
-    for x, y in zip(a, b):
-        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
-            if x.shape != y.shape or not torch.equal(x, y):
-                if not (x.is_floating_point() and torch.equal(torch.nan_to_num(x),
-                                                              torch.nan_to_num(y))):
-                    return False
-    return True
 
 
 def describe_sets(sets, n: int) -> list[list]:

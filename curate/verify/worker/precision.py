@@ -65,8 +65,9 @@ def _float64_outputs(model, inputs: list) -> list:
     return out
 
 
-def precision_profile(model, inputs: list, ref_out: list, cand_out: list,
-                      float64_keep_bytes: int | None = None) -> dict:
+def precision_profile(model, inputs, ref_out: list, cand_out: list,
+                      float64_keep_bytes: int | None = None, input_bytes: int | None = None
+                      ) -> dict:
     """Does the candidate compute in lower precision than its float32 reference? Two readings:
     its error against the same program run in float64 (flagged when above 5e-5 relative norm
     and 20 times the float32 reference's own error: half precision leaves far more than
@@ -74,7 +75,8 @@ def precision_profile(model, inputs: list, ref_out: list, cand_out: list,
     numbers. A float32 tolerance alone cannot tell. `inputs` (a copy of the call's inputs) is
     consumed by the float64 run, which is skipped (and said so) where the float64 copies of the
     inputs and outputs would be too large for `float64_keep_bytes` (messages.float64_runs; None:
-    never skipped)."""
+    never skipped). `inputs` may be a function that makes them, called only for that run, with
+    `input_bytes` their size: a row whose float64 run is skipped then makes no copy at all."""
     pairs = [(r, c) for r, c in zip(ref_out, cand_out) if isinstance(r, torch.Tensor)
              and isinstance(c, torch.Tensor) and r.dtype == torch.float32 and r.numel()
              and r.shape == c.shape]
@@ -86,14 +88,15 @@ def precision_profile(model, inputs: list, ref_out: list, cand_out: list,
     out["half_representable"] = round(half, 4)
     if half > 0.9 and ref_half < 0.5:
         out["reduced_precision"] = "outputs are half-precision numbers"
-    need = 2 * sum(x.numel() * x.element_size() for x in [*inputs, *ref_out]
-                   if isinstance(x, torch.Tensor))
+    if input_bytes is None:
+        input_bytes = _bytes(inputs)
+    need = 2 * (input_bytes + _bytes(ref_out))
     if not float64_runs(need, float64_keep_bytes):
         out["float64_skipped"] = (f"float64 copies would take {need / 2**30:.1f} GiB, more than "
                                   f"{FLOAT64_KEEP_FACTOR * float64_keep_bytes / 2**30:.1f}")
         return out
     try:
-        o64 = _float64_outputs(model, inputs)
+        o64 = _float64_outputs(model, inputs() if callable(inputs) else inputs)
         err_ref = max(_relnorm(r, o) for (r, _), o in zip(pairs, o64))
         err_cand = max(_relnorm(c, o) for (_, c), o in zip(pairs, o64))
         out["err_vs_float64"] = {"reference": err_ref, "candidate": err_cand}
@@ -103,6 +106,10 @@ def precision_profile(model, inputs: list, ref_out: list, cand_out: list,
     except Exception as exc:  # noqa: BLE001 - float64-less ops, explicit dtypes, memory
         out["float64_skipped"] = f"{type(exc).__name__}: {exc}"[:200]
     return out
+
+
+def _bytes(items) -> int:
+    return sum(x.numel() * x.element_size() for x in items if isinstance(x, torch.Tensor))
 
 
 def reference_instability(model, inputs: list, ref_out: list) -> str | None:

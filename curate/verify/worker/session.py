@@ -64,6 +64,7 @@ class Session:
         """The gates call the model through the same input preparation as every other call."""
         self.runner = runner
         self.ctx.call_inputs, self.ctx.pristine = runner.inputs, runner.pristine
+        self.ctx.unchanged = runner.unchanged
 
 
 _current: Session | None = None

@@ -67,8 +67,8 @@ class GateCalls:
     """The two calls the gates make, `a` and `b` as `(k, scale)`, through `inputs(k, scale)`
     (the buffers every call uses) and `pristine(k, scale)` (a separate copy)."""
 
-    def __init__(self, inputs, pristine, a: tuple, b: tuple | None):
-        self._inputs, self._pristine = inputs, pristine
+    def __init__(self, inputs, pristine, a: tuple, b: tuple | None, unchanged=None):
+        self._inputs, self._pristine, self._unchanged = inputs, pristine, unchanged
         self.calls = {"a": a, "b": b}
 
     @classmethod
@@ -85,6 +85,14 @@ class GateCalls:
 
     def pristine(self, which: str) -> list:
         return self._pristine(*self.calls[which])
+
+    def mutated(self, which: str, args: list, keep: list = ()) -> bool:
+        """Whether call `which` changed its inputs (`args`, as the call left them): through the
+        worker's `unchanged` where it has one (no second set on the device for large sets),
+        else against a pristine copy."""
+        if self._unchanged is not None:
+            return not self._unchanged(*self.calls[which], args, keep)
+        return bool(mutation_findings(self.pristine(which), args))
 
 
 def alias_findings(outputs, inputs, params=(), earlier_outputs=(), ref_aliases_input=False

@@ -91,7 +91,7 @@ class DynamicGates:
         scale = float(getattr(call, "scale", 1.0))
         if ctx.call_inputs is not None and ctx.pristine is not None:
             calls = GateCalls(ctx.call_inputs, ctx.pristine, (call.seed, scale),
-                              other_call(call.seed, scale, ctx.input_sets))
+                              other_call(call.seed, scale, ctx.input_sets), ctx.unchanged)
         else:  # a worker without a runner: the watched call's own inputs, and no call b
             calls = GateCalls.of_lists(call.pristine, None)
         expected = [t.detach() for t in call.outputs if hasattr(t, "detach")]  # a copy already

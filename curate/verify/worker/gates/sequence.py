@@ -143,7 +143,7 @@ class GateRun:
     def first_call(self, args, out_a, launches) -> None:
         if not launches:
             self.add([("no_custom_kernel_ran", FAIL)])
-        if mutation_findings(self.calls.pristine("a"), args) and not self.ref_mutates():
+        if self.calls.mutated("a", args, keep=flat(out_a)) and not self.ref_mutates():
             self.add([("input_mutated", FAIL)])
         for f in alias_findings(out_a, args, self.params, ()):
             if f[0] != "output_aliases_input" or not self.ref_aliases():
