@@ -275,3 +275,42 @@ def test_time_spent_frozen_is_given_back(tmp_path, monkeypatch):
         t.join()
     assert res.ok, (res.status, res.error)
     assert res.seconds > 2.0  # longer than its limit, all of the excess frozen
+
+
+def _state(pid: int, want: str, within: float = 2.0) -> str:
+    """`pid`'s scheduler state, waited for until it is `want` (a signal takes a moment)."""
+    end = time.monotonic() + within
+    while True:
+        with open(f"/proc/{pid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+        if (state == "T") == (want == "T") or time.monotonic() > end:
+            return state
+        time.sleep(0.01)
+
+
+def test_a_timed_batch_stops_other_stages_workers(tmp_path, monkeypatch):
+    """A streaming build runs synth beside verify: synth's workers (registered with the
+    BACKGROUND freezer) are stopped while verify times a pair, on the GPU as on the CPU, and go
+    on afterwards; synth's step registers its pool there."""
+    from types import SimpleNamespace
+
+    from curate.isolation.freeze import BACKGROUND, Freezer
+    from curate.synth.inductor import InductorSynth
+    from curate.verify.timed import _quiet
+    monkeypatch.setenv("PYTHONPATH", os.getcwd())
+    step = InductorSynth(device="cpu", workers=1, sandbox="off")
+    step.setup()
+    try:
+        assert step.pool.freezer is BACKGROUND
+    finally:
+        step.teardown()
+    with WorkerPool(HANDLER, workers=1, timeout=30, scratch_root=str(tmp_path),
+                    freezer=BACKGROUND) as pool:
+        pid = pool.call({"kind": "pid"}).value["pid"]
+        for device in ("cuda", "cpu"):
+            row = SimpleNamespace(cfg=SimpleNamespace(device=device),
+                                  run=SimpleNamespace(freezer=Freezer()))
+            with _quiet(row, set()):
+                assert _state(pid, "T") == "T", device
+            assert _state(pid, "running") != "T", device
+        assert pool.call({"kind": "pid"}).value["pid"] == pid   # it went on where it was

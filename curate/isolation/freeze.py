@@ -67,6 +67,13 @@ class Freezer:
                         _signal(g, signal.SIGCONT)
 
 
+# Workers of other stages in this process that run untrusted code on the same machine, such
+# as a streaming build's synth workers compiling and running references (on the GPU too): a
+# timed batch stops them as well, or their compiles and launches would slow whichever side is
+# being timed. Their time limits add back the time they spent frozen, as every worker's do.
+BACKGROUND = Freezer()
+
+
 def _signal(pgid: int, sig: int) -> bool:
     try:
         os.killpg(pgid, sig)

@@ -163,13 +163,17 @@ class InductorSynth(Step):
         # (a Landlock-confined worker cannot initialize CUDA on the GPU machine)
         limits = Limits(confine=self.device == "cpu",
                         writable=(self._cache, env["CURATE_ISA_CACHE"]))
+        from ..isolation.freeze import BACKGROUND
         from ..isolation.sandbox import uid_block
         wrap = self._sandbox_argv(env)
         self.pool = WorkerPool(HANDLER, setup=SETUP, workers=self.workers, timeout=self.timeout,
                                setup_timeout=300, env=env, limits=limits,
                                max_tasks_per_worker=50, scratch_root=self._cache,
                                fork_server=PRELOAD[self.device] if wrap else None, sandbox=wrap,
-                               uid_base=uid_block() + UID_OFFSET if wrap else None)
+                               uid_base=uid_block() + UID_OFFSET if wrap else None,
+                               # stopped while verify times a pair (a streaming build runs
+                               # both at once); frozen time does not count against a row
+                               freezer=BACKGROUND)
 
     def _sandbox_argv(self, env: dict) -> list[str] | None:
         """bubblewrap around the workers, as verify's (reference programs are untrusted too):

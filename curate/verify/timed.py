@@ -13,7 +13,7 @@ import math
 import time
 from collections import Counter
 
-from ..isolation.freeze import cpu_seconds
+from ..isolation.freeze import BACKGROUND, cpu_seconds
 from . import messages as msg
 from .budget import BATCH_HOLD_S
 from .correctness import IDLE_CPU, SETTLE_S, judge_call, scale
@@ -155,9 +155,12 @@ def _decide(row, cand, rounds: list[Round], idle: dict, plan) -> None:
                            else round(plan.harness_s * 1e3, 4)}
 
 
+@contextlib.contextmanager
 def _quiet(row, pids: set):
     """Every other worker stopped while a pair is timed: on the CPU, where they compete for
-    the cores. On the GPU the device gate keeps other work off the device."""
-    if row.cfg.device == "cpu":
-        return row.run.freezer.quiet(keep=pids)
-    return contextlib.nullcontext()
+    the cores (on the GPU the device gate keeps verify's other work off the device); and on
+    either, the workers of other stages (BACKGROUND: a streaming build's synth workers, which
+    compile on the CPU and run references on the GPU outside verify's gates)."""
+    with BACKGROUND.quiet(keep=()), (row.run.freezer.quiet(keep=pids)
+                                     if row.cfg.device == "cpu" else contextlib.nullcontext()):
+        yield
