@@ -52,7 +52,10 @@ def row_memory_gb(size_gb: dict | None, keep_gb: float = 1.0, gpu: bool = False)
         # the buffers, and a set being made again (or a pristine copy) beside them: the
         # candidate also holds its kept output (`outs`) and one more output then, or the gates'
         # calls b and c; the judge one output beside that set, or a reference output beside
-        # the one received
+        # the one received. Sets made again now go into the buffers (worker/into.py) and
+        # mutation checks read digests, so the `i + o` terms may be a copy too many on the
+        # GPU: kept until benchmarks/row_memory.py measures the workers there (a row that runs
+        # out of memory is run again alone, so an estimate too low costs time, not verdicts)
         candidate = 2 * p + i + outs + max(i + o, 2 * o)
         judge = p + i + max(i + o, 2 * o, float64)
     return ROW_MEMORY_SLACK * (candidate + judge) + ROW_MEMORY_BASE_GB
