@@ -10,7 +10,9 @@ output's bytes divide into 8-byte words (summed as they are) and when they only 
 4-byte words (one element more: widened to int64 first, the digest's only path before
 2026-12-03), beside one `sum()` and one `clone()` of the output. Outputs of at most
 `digest.SMALL` words take one weighted sum (since 2026-12-04); `rowcol ms` is the same output
-through the rows-and-columns path that larger ones take (the only path before).
+through the rows-and-columns path that larger ones take (the only path before). `tree ms` is
+the binding digest (verify/worker/treehash.py) that would replace it: one Triton launch per pass
+on the GPU, torch's tensor operations on the CPU.
 """
 
 from __future__ import annotations
@@ -53,9 +55,10 @@ def main(argv=None) -> int:
 
     from curate.verify.worker import digest as dg
     from curate.verify.worker.digest import _words, digest
+    from curate.verify.worker.treehash import tree_digest
     rows = []
-    print(f"{'MiB':>8} {'words8 ms':>10} {'rowcol ms':>10} {'words4 ms':>10} {'sum ms':>8} "
-          f"{'clone ms':>9}")
+    print(f"{'MiB':>8} {'words8 ms':>10} {'rowcol ms':>10} {'words4 ms':>10} {'tree ms':>9} "
+          f"{'sum ms':>8} {'clone ms':>9}")
     for mib in (float(m) for m in args.mib.split(",")):
         n = int(mib * 2**20) // 4
         repeat = args.repeat if mib >= 1 else max(args.repeat, 200)   # microseconds: more
@@ -65,6 +68,9 @@ def main(argv=None) -> int:
         row = {"mib": mib,
                "digest_words8_ms": ms(lambda: digest([even]), args.device, repeat),
                "digest_words4_ms": ms(lambda: digest([odd]), args.device, repeat),
+               # the binding digest: Triton's pass on the GPU, torch's operations on the CPU
+               "tree_ms": ms(lambda: tree_digest([even]), args.device,
+                             repeat if args.device == "cuda" else min(repeat, 3)),
                "sum_ms": ms(lambda: even.sum().item(), args.device, repeat),
                "clone_ms": ms(lambda: even.clone(), args.device, repeat)}
         small, dg.SMALL = dg.SMALL, 0
@@ -74,7 +80,8 @@ def main(argv=None) -> int:
             dg.SMALL = small
         rows.append(row)
         print(f"{mib:>8g} {row['digest_words8_ms']:>10.4f} {row['digest_rowcol_ms']:>10.4f} "
-              f"{row['digest_words4_ms']:>10.4f} {row['sum_ms']:>8.4f} {row['clone_ms']:>9.4f}")
+              f"{row['digest_words4_ms']:>10.4f} {row['tree_ms']:>9.4f} {row['sum_ms']:>8.4f} "
+              f"{row['clone_ms']:>9.4f}")
     return save_result(args.out, {"hardware": hardware(args.device), "device": args.device,
                                   "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                   "rows": rows})
