@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from curate.verify.worker.digest import ROW, digest
@@ -83,3 +84,19 @@ def test_the_triton_pass_gives_the_reference_bits():
     for n, dtype, ref, tri in rows:
         assert ref == tri, (n, dtype)
     assert len({tuple(r[2]) for r in rows}) == len(rows)
+
+
+@pytest.mark.gpu
+def test_the_triton_pass_on_the_gpu_gives_the_reference_bits():
+    """The compiled pass (not the interpreter) against torch's operations on the same CUDA
+    tensors, one to three passes, and the CPU copy's digest: the bytes alone decide."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from curate.verify.worker.treehash import _root
+    g = torch.Generator().manual_seed(5)
+    for n, dtype in ((1, torch.float32), (5000, torch.float16), (1 << 21, torch.float32),
+                     ((1 << 20) + 8, torch.float64)):
+        x = (torch.randn(n, generator=g) * 100).to(dtype)
+        on_gpu = x.cuda()
+        assert _root(on_gpu, use_triton=True) == _root(on_gpu, use_triton=False), (n, dtype)
+        assert tree_digest([on_gpu]) == tree_digest([x]), (n, dtype)
