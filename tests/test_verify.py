@@ -689,6 +689,20 @@ def test_rounds_share_one_hold_of_the_device_and_check_outputs_inside_it(cache_d
     assert timed["harness_ms"] is not None and timed["harness_ms"] >= 0
 
 
+def test_timed_outputs_commit_with_the_binding_digest_when_asked(cache_dir):
+    """`--digest tree`: both workers commit to and check timed outputs with the tree digest (a
+    side on the other digest would fail every fetched output, `digest_mismatch`); the record
+    says which digest the row was timed with, and replay runs it again with the same."""
+    with Verifier(device="cpu", workers=1, timeout=120, cache_dir=cache_dir, time_budget=0.3,
+                  gates=False, digest="tree") as v:
+        res = v.verify_one(pair("cpp_honest", backend="cpp"))
+    assert res.status == "verified", (res.status, res.reasons, res.error)
+    assert res.notes["timing"]["fetched"] >= 1
+    rec = json.loads(res.verification)
+    assert rec["settings"]["digest"] == "tree"
+    assert "binding" in rec["timing"]["digest"] and "not binding" not in rec["timing"]["digest"]
+
+
 def test_a_scale_invariant_program_is_not_taken_for_stale_outputs(cache_dir):
     """The gates' second call uses another trial's inputs, not the same inputs scaled: the
     examples' cosine-similarity loss ignores the scale of its inputs, and its honest inductor

@@ -33,8 +33,11 @@ from ..report import echo_stage
 @click.option("--second-shape", type=click.Choice(["auto", "all", "off"]), default="auto",
               show_default=True, help="Check verified rows once more at a second size of "
               "their problem (auto: not candidates compiled for static shapes).")
+@click.option("--digest", type=click.Choice(["sums", "tree"]), default="sums",
+              show_default=True, help="How timed batches commit to their outputs before the "
+              "parent picks which to check: sums (cheap, not binding) or tree (binding).")
 def verify(inp, out, device, workers, devices, timeout, compile_timeout, trials, sandbox,
-           second_shape):
+           second_shape, digest):
     """Re-execute every pair in sandboxed workers and record its status and speedup.
 
     Every row of IN comes out in OUT with status (verified, incorrect, deceptive,
@@ -47,7 +50,7 @@ def verify(inp, out, device, workers, devices, timeout, compile_timeout, trials,
     Example:
       curate verify pairs.parquet -o verified.parquet --device cuda --devices 0,1
       curate verify pairs.parquet -o verified.parquet --device cpu --timeout 30
-      curate verify pairs.parquet -o verified.parquet --sandbox strict
+      curate verify pairs.parquet -o verified.parquet --sandbox strict --digest tree
     """
     from .config import parse_devices
     from .step import Verify
@@ -62,7 +65,7 @@ def verify(inp, out, device, workers, devices, timeout, compile_timeout, trials,
     try:
         st = run_single(Verify(device=device, workers=workers, timeout=timeout, trials=trials,
                                sandbox=sandbox, devices=devices, second_shape=second_shape,
-                               compile_timeout=compile_timeout), inp, out)
+                               compile_timeout=compile_timeout, digest=digest), inp, out)
     except SandboxUnavailable as exc:
         raise click.UsageError(f"{exc}; use --sandbox auto or off to run anyway") from None
     echo_stage(st, out)

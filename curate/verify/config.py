@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..isolation.sandbox import MODES as SANDBOX_MODES
+from .messages import DIGESTS
 
 DEVICES = ("cpu", "cuda")
 TRANSPORTS = ("auto", "memfd", "inline", "cuda_ipc", "cuda_fd")
@@ -82,6 +83,7 @@ class VerifyConfig:
     # together: larger sets are made again from their seed at each call, larger outputs go
     # one call at a time (on the device, kept copies were most of a large row's memory)
     keep_bytes: int = 2**30
+    digest: str = "sums"
 
     def __post_init__(self):
         if self.device not in DEVICES:
@@ -93,6 +95,8 @@ class VerifyConfig:
                              f"not {self.transport!r}")
         if self.transport.startswith("cuda") and self.device != "cuda":
             raise ValueError(f"transport {self.transport} needs device cuda")
+        if self.digest not in DIGESTS:
+            raise ValueError(f"digest must be sums or tree, not {self.digest!r}")
         if self.second_shape not in SECOND_SHAPE_MODES:
             raise ValueError(f"second_shape must be auto, all or off, not {self.second_shape!r}")
         if self.sandbox not in SANDBOX_MODES:
@@ -137,6 +141,8 @@ class VerifyConfig:
                "second_shape": self.second_shape}
         if self.cpu_threads:
             out["cpu_threads"] = self.cpu_threads
+        if self.digest != "sums":   # ledgers of runs before the option keep resuming
+            out["digest"] = self.digest
         if self.retime_pairs:
             out["retime"] = {"threshold": self.threshold, "band": RETIME_BAND,
                              "pairs": self.retime_pairs}

@@ -72,7 +72,8 @@ class Load(Message):
     then the candidate) or judge (the reference alone). `keep_candidate`: the candidate module
     this worker's last session imported is kept and only the reference is loaded again (a
     second shape of the same row, in the same worker). Input sets of more than `keep_bytes`
-    each are made again from their seed at every call instead of being kept."""
+    each are made again from their seed at every call instead of being kept. `digest`: how
+    timed batches commit to their outputs (the parent's choice, the same for both sides)."""
     kind = "load"
     role: str = "candidate"
     device: str = "cpu"
@@ -87,6 +88,12 @@ class Load(Message):
     extensions_dir: str = ""
     keep_candidate: bool = False
     keep_bytes: typing.Optional[int] = None
+    digest: str = "sums"   # what timed batches commit to their outputs with (treehash.commit)
+
+
+# how timed batches commit to their outputs (worker/treehash.commit): `sums` is cheap and not
+# binding, `tree` binding; `sums` stays the default until the tree's cost on the GPU is known
+DIGESTS = ("sums", "tree")
 
 
 def kept_together(out_bytes: int, calls: int, keep_bytes: int) -> bool:

@@ -23,7 +23,7 @@ from .row import row_seeds
 
 RECORD_VERSION = 1
 SETTINGS = ("device", "trials", "seed", "timeout", "time_budget", "min_timed", "max_timed",
-            "gates", "static_gates", "threshold", "second_shape")
+            "gates", "static_gates", "threshold", "second_shape", "digest")
 
 
 def assemble(verifier, row: dict, run, res) -> str:
@@ -125,6 +125,9 @@ def timing(cfg, res) -> dict | None:
            "l2_flush": gpu, "sync": "device-wide (every stream)" if gpu else None,
            "orders": "alternating (candidate first in even rounds)",
            "cpu_threads": cfg.cpu_threads,
+           "digest": {"sums": "position-weighted sums of the output words (not binding)",
+                      "tree": "a tree of 128-bit states over the output words (binding)"
+                      }[cfg.digest],
            **(res.notes.get("timing") or {}),
            "ref_ms": summary(samples.get("ref")), "kernel_ms": summary(samples.get("kernel")),
            "speedup": res.speedup, "interval": [res.speedup_ci_low, res.speedup_ci_high],

@@ -306,6 +306,7 @@ class RowRun:
             seed_init=seeds["init"], seeds=seeds["trials"], poke=seeds["poke"],
             tag=key[:8], gates=cfg.gates,
             keep_candidate=keep_candidate and role == "candidate", keep_bytes=cfg.keep_bytes,
+            digest=cfg.digest,
             extensions_dir=self.run.row_cache(self.row)["TORCH_EXTENSIONS_DIR"])
 
     def _finish(self, device, cand: Side, judge: Side, first: bool) -> None:

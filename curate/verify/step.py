@@ -23,7 +23,8 @@ class Verify(Step):
                  compile_workers: int | None = None, compile_timeout: float = 300.0,
                  devices: str | list | None = None, cache_dir: str | None = None,
                  memory_gb: float | None = None, sandbox: str = "auto",
-                 threshold: float | None = None, second_shape: str = "auto"):
+                 threshold: float | None = None, second_shape: str = "auto",
+                 digest: str = "sums"):
         if device == "auto":
             from ..pipeline.config import detect_device
             device = detect_device()
@@ -34,7 +35,8 @@ class Verify(Step):
                                  seed=seed, time_budget=time_budget,
                                  compile_workers=compile_workers, compile_timeout=compile_timeout,
                                  devices=devices, memory_gb=memory_gb, sandbox=sandbox,
-                                 threshold=threshold, second_shape=second_shape, **options)
+                                 threshold=threshold, second_shape=second_shape, digest=digest,
+                                 **options)
         self.device = device
         ngpus = len(devices) if devices else 1
         self.resources = Resources(cpus=os.cpu_count() or 1,

@@ -19,7 +19,6 @@ from ..messages import Calls, Failed, Fetch, Finished, Load, Loaded, Outputs, Re
 from . import transport
 from .calls import CallRunner, OutputRefused, inputs_equal
 from .clock import TIMERS, flush_for, reset_persisting_l2
-from .digest import digest
 from .hooks import CandidateCall, load_checks, run_hook
 from .memory import peak_notes, reset_peak
 from .models import (
@@ -39,6 +38,7 @@ from .session import (
     tampered_harness,
     tampered_library,
 )
+from .treehash import commit
 
 
 def _failed(s: Session, failed: Failed, env: dict | None = None) -> Failed:
@@ -151,7 +151,7 @@ def fetch(s: Session, req: Fetch) -> Reply:
     transport.release(empty_cache=False)
     try:
         desc, fds = transport.send(items, req.transport)
-        value = digest(items)
+        value = commit(s.digest, items)
     except BaseException as exc:  # noqa: BLE001 - outputs the transport cannot carry
         return _failed(s, classify_exception(exc, "call"))
     s.spent("export", t0)

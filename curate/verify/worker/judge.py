@@ -29,12 +29,12 @@ from . import transport
 from .calls import CallRunner, output_bytes
 from .clock import TIMERS, flush_for
 from .compare import compare
-from .digest import digest
 from .hooks import load_checks, run_hook
 from .memory import peak_notes, reset_peak
 from .models import base_sets, build_model, describe_sets, env_info, init_args, set_bytes
 from .precision import precision_profile, reference_instability
 from .session import Session, batch_reply, parse_calls
+from .treehash import commit
 
 
 def reference_failed(exc: BaseException, device: str) -> Failed:
@@ -152,7 +152,7 @@ def compare_call(s: Session, req: Compare) -> Reply:
         items = transport.receive(req.outputs, s.device, worker.task_fds(), req.transport)
     except Exception as exc:  # noqa: BLE001 - a hostile or broken description
         return _refuse(s, "outputs_unreadable", f"{where}: {type(exc).__name__}: {exc}"[:300])
-    if req.digest is not None and digest(items) != req.digest:
+    if req.digest is not None and commit(s.digest, items) != req.digest:
         return _refuse(s, "digest_mismatch",
                        f"{where}: the outputs received are not the ones committed to")
     s.spent("receive", t0)

@@ -46,6 +46,7 @@ from . import (
     probes,
     session,
     transport,
+    treehash,
 )
 from . import compile as compile_mod
 from . import digest as digest_mod
@@ -71,7 +72,7 @@ def setup() -> None:
     session.remember_harness({
         "main": sys.modules[__name__], "candidate": candidate, "judge": judge,
         "session": session, "calls": calls_mod, "compare": compare, "clock": clock,
-        "transport": transport, "digest": digest_mod, "models": models,
+        "transport": transport, "digest": digest_mod, "treehash": treehash, "models": models,
         "precision": precision, "memory": memory, "compile": compile_mod, "probes": probes})
 
 
@@ -121,7 +122,7 @@ def _timed_digests(s: session.Session, req: Calls, reply: Reply) -> Reply:
         return reply
     try:
         t0 = clock.TIMERS.perf_counter()
-        reply.digests = [digest_mod.digest(items) for items, _ in s.kept or []]
+        reply.digests = [treehash.commit(s.digest, items) for items, _ in s.kept or []]
         reply.harness_ms["digest"] = round((clock.TIMERS.perf_counter() - t0) * 1e3, 4)
     except BaseException as exc:  # noqa: BLE001 - a device fault the candidate left behind
         if s.role == "judge":

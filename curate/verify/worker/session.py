@@ -13,7 +13,7 @@ from types import ModuleType
 
 import torch
 
-from ..messages import Batch, Load
+from ..messages import DIGESTS, Batch, Load
 from .calls import CallRunner, output_bytes
 from .clock import TIMER_FUNCTIONS, TIMERS
 from .compare import Comparison
@@ -39,6 +39,7 @@ class Session:
     precision: dict = field(default_factory=dict)
     timed_started: bool = False
     keep_bytes: int | None = None                   # Load.keep_bytes
+    digest: str = "sums"                            # Load.digest (treehash.commit)
     # seconds of this worker's own work by part (evidence for the stats: where a row's time
     # goes inside a request, e.g. the judge's compare between receiving and its float64 run)
     work_s: Counter = field(default_factory=Counter)
@@ -56,8 +57,10 @@ class Session:
         ctx = CheckContext(role=req.role, device=req.device, backend=req.backend or None,
                            pytorch_code=req.pytorch_code, kernel_code=req.kernel_code,
                            timers=TIMERS)
+        if req.digest not in DIGESTS:
+            raise ValueError(f"unknown digest {req.digest!r}")
         _current = cls(role=req.role, device=req.device, tag=req.tag, gates=req.gates, ctx=ctx,
-                       keep_bytes=req.keep_bytes)
+                       keep_bytes=req.keep_bytes, digest=req.digest)
         return _current
 
     def use_runner(self, runner: CallRunner) -> None:

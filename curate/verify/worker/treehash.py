@@ -14,8 +14,9 @@ hitting a 128-bit state whose leaves come from one 64-bit word each: about 2**64
 
 The tree is cut into passes of BLOCK leaves (padded with one fixed state), so that a GPU kernel
 can reduce a block in registers: `_tree_torch` (any device, one tensor operation at a time)
-and `_tree_triton` (CUDA, one launch per pass) give the same bits. Not used by the timed calls
-yet: what it costs on the GPU is measured first (benchmarks/digest_cost.py).
+and `_tree_triton` (CUDA, one launch per pass) give the same bits. The timed calls commit with
+it under `--digest tree`; `sums` stays the default until its cost on the GPU is measured
+(benchmarks/digest_cost.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import hashlib
 
 import torch
 
-from .digest import _words
+from .digest import _words, digest
 
 BLOCK = 1024          # leaves (then states) reduced per program and per pass
 _LOG = BLOCK.bit_length() - 1
@@ -152,6 +153,16 @@ def _root(t: torch.Tensor, use_triton: bool | None = None) -> tuple[int, int]:
     if use_triton is None:
         use_triton = words.is_cuda
     return _tree_triton(words) if use_triton else _tree_torch(words)
+
+
+def commit(kind: str, items: list) -> int:
+    """The digest of one call's outputs that the parent chose for the row: `sums`
+    (digest.digest: cheap, not binding) or `tree` (binding, tree_digest)."""
+    if kind == "tree":
+        return tree_digest(items)
+    if kind == "sums":
+        return digest(items)
+    raise ValueError(f"unknown digest {kind!r}")
 
 
 def tree_digest(items: list, use_triton: bool | None = None) -> int:
