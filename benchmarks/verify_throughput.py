@@ -94,7 +94,8 @@ def synthesize(rows: list[dict], device: str, sandbox: str = "auto") -> tuple[li
 def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
                cache_dir: str | None, keep_idle_gb: float | None = 1.0, label: str = "",
                sandbox: str = "auto", on_row=None, transport: str = "auto",
-               devices: list[int] | None = None, timeout: float = 120.0) -> dict:
+               devices: list[int] | None = None, timeout: float = 120.0,
+               digest: str = "sums") -> dict:
     """`on_row(progress)` after each row: [seconds since start, row, status, seconds per phase,
     memory, each worker's work by part, each device's gate so far], so that a run cut at its
     limit still tells its rows per second, where they waited and where the device's time
@@ -104,7 +105,7 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
     results, progress = {}, []
     with Verifier(device=device, workers=workers, seed=seed, cache_dir=cache_dir,
                   keep_idle_gb=keep_idle_gb, sandbox=sandbox, transport=transport,
-                  devices=devices, timeout=timeout) as v:
+                  devices=devices, timeout=timeout, digest=digest) as v:
         t_ready = time.monotonic()
         last = [time.monotonic()]
         stop = threading.Event()
@@ -424,6 +425,8 @@ def main(argv=None) -> int:
     ap.add_argument("--transport", default="auto",
                     choices=("auto", "cuda_ipc", "cuda_fd", "memfd", "inline"),
                     help="how candidate outputs reach the judge (auto: what verify picks)")
+    ap.add_argument("--digest", default="sums", choices=("sums", "tree"),
+                    help="what timed batches commit to their outputs with (verify --digest)")
     ap.add_argument("--pairs-out", type=Path, default=None,
                     help="write the synthesized pairs here (a later run takes them with --pairs)")
     ap.add_argument("--serial-one", help=argparse.SUPPRESS)
@@ -469,12 +472,14 @@ def main(argv=None) -> int:
     report["keep_idle_gb"] = keep
     report["sandbox_requested"] = args.sandbox
     report["transport_requested"] = args.transport
+    report["digest"] = args.digest
     save_partial(pairs=len(pairs))
     from curate.verify.config import parse_devices
     devices = parse_devices(args.devices)
     run1 = run_verify(pairs, device, args.workers, args.seed, cache_dir, keep, "run1",
                       args.sandbox, on_row=lambda done: save_partial(run1_progress=done),
-                      transport=args.transport, devices=devices, timeout=args.timeout)
+                      transport=args.transport, devices=devices, timeout=args.timeout,
+                      digest=args.digest)
     print(f"verify run 1: {len(pairs)} pairs in {run1['wall_s']:.1f}s {run1['statuses']} "
           f"transport={run1['pool']['transport']} replaced={run1['pool']['replaced']} "
           f"phases={run1['phase_median_s']}")
@@ -483,7 +488,7 @@ def main(argv=None) -> int:
     if args.runs == 2:
         run2 = run_verify(pairs, device, args.workers, args.seed, cache_dir, keep, "run2",
                           args.sandbox, transport=args.transport, devices=devices,
-                          timeout=args.timeout)
+                          timeout=args.timeout, digest=args.digest)
         print(f"verify run 2: {len(pairs)} pairs in {run2['wall_s']:.1f}s {run2['statuses']} "
               f"replaced={run2['pool']['replaced']}")
         save_partial(run2=run2)
