@@ -90,7 +90,7 @@ BENCHES = [
     Bench("verify_throughput_tree", [
         "benchmarks/verify_throughput.py", "--kernelbench", "{kb}", "--device", "cuda",
         "--pairs", "{dir}/tp_pairs.jsonl", "--runs", "1", "--serial", "0", "--digest", "tree",
-        "--out", "{out}"], 300, needs_kb=True, headline="figures"),
+        "--timeout", "60", "--out", "{out}"], 300, needs_kb=True, headline="figures"),
     # the sandbox's cost: the same pairs with the sandbox off (compare with verify_throughput)
     Bench("verify_throughput_sandbox_off", [
         "benchmarks/verify_throughput.py", "--kernelbench", "{kb}", "--device", "cuda",
