@@ -42,25 +42,16 @@ K3, K4 = _s64(0xA0761D6478BD642F), _s64(0xE7037ED1A0B428DB)      # node lanes
 LOW31 = (1 << 31) - 1   # x >> 33 on int64 is arithmetic: masked, it is the logical shift
 
 
-def _fmix_int(x: int) -> int:
-    x &= (1 << 64) - 1
-    x ^= x >> 33
-    x = (x * (M1 & ((1 << 64) - 1))) & ((1 << 64) - 1)
-    x ^= x >> 33
-    x = (x * (M2 & ((1 << 64) - 1))) & ((1 << 64) - 1)
-    x ^= x >> 33
-    return _s64(x)
-
-
-PAD1, PAD2 = _fmix_int(K3 ^ K4), _fmix_int(K1 ^ K3)   # the state that fills a short block
-
-
 def _fmix(x: torch.Tensor) -> torch.Tensor:
     x = x ^ ((x >> 33) & LOW31)
     x = x * M1
     x = x ^ ((x >> 33) & LOW31)
     x = x * M2
     return x ^ ((x >> 33) & LOW31)
+
+
+# the state that fills a short block (the same mix, once, at import)
+PAD1, PAD2 = _fmix(torch.tensor([K3 ^ K4, K1 ^ K3], dtype=torch.int64)).tolist()
 
 
 def _pad(h: torch.Tensor, fill: int) -> torch.Tensor:
