@@ -19,18 +19,31 @@ from typing import Iterable, Iterator
 
 class Freezer:
     def __init__(self):
+        self.board = None                      # board.Board: workers of other processes too
         self._lock = threading.Lock()
         self._live: set[int] = set()          # process groups of live workers
         self._frozen_s: dict[int, float] = {}  # pgid -> seconds spent frozen (finished freezes)
         self._since: dict[int, float] = {}     # pgid -> when its current freeze began
         self.freezes = 0
 
+    def use_board(self, board) -> None:
+        """Publish this freezer's workers on `board`, and stop the workers other processes
+        published there too (board.py: a Ray build's synth actor and verify actor)."""
+        with self._lock:
+            self.board = board
+            for g in self._live:
+                board.publish(g)
+
     def add(self, pgid: int) -> None:
         with self._lock:
             self._live.add(pgid)
+            if self.board is not None:
+                self.board.publish(pgid)
 
     def discard(self, pgid: int) -> None:
         with self._lock:
+            if self.board is not None:
+                self.board.withdraw(pgid)
             self._live.discard(pgid)
             self._frozen_s.pop(pgid, None)
             if self._since.pop(pgid, None) is not None:
@@ -42,7 +55,8 @@ class Freezer:
             s = self._frozen_s.get(pgid, 0.0)
             if pgid in self._since:
                 s += time.monotonic() - self._since[pgid]
-            return s
+            board = self.board
+        return s + (board.frozen_s(pgid) if board is not None else 0.0)
 
     @contextlib.contextmanager
     def quiet(self, keep: Iterable[int]) -> Iterator[int]:
@@ -55,8 +69,11 @@ class Freezer:
                 if _signal(g, signal.SIGSTOP):
                     self._since[g] = now
             self.freezes += 1
+            board = self.board
+            others = board.others(exclude=set(self._live) | keep) if board is not None else []
         try:
-            yield len(stopped)
+            with board.hold(others) if others else contextlib.nullcontext(0) as n:
+                yield len(stopped) + n
         finally:
             with self._lock:
                 now = time.monotonic()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import ray
 
+from ...isolation.board import ENV as BOARD_ENV
 from ..feed import Feed
 from ..registry import remake
 from ..step import Outcome
@@ -37,6 +38,16 @@ def _as_driver(env: dict) -> None:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+    _join_board(env.get(BOARD_ENV))
+
+
+def _join_board(name: str | None) -> None:
+    """This process's background workers (a synth actor's) on the build's board of the node,
+    and the ones other actors published there stopped by this process's timed batches."""
+    from ...isolation.board import Board, board_dir
+    from ...isolation.freeze import BACKGROUND
+    if name and BACKGROUND.board is None:
+        BACKGROUND.use_board(Board(board_dir(name)))
 
 
 class _Waiting:

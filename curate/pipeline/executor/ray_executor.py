@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
+import time
 from pathlib import Path
 
 from ...errors import BadInput
+from ...isolation.board import ENV as BOARD_ENV, board_dir
 from ..runner import StageStats
 from ..step import Source, Step
 from .base import Executor, Lane
@@ -63,6 +66,7 @@ class RayExecutor(Executor):
             t0: float) -> list[StageStats]:
         ray = self.ray
         started = not ray.is_initialized()
+        board = f"{os.getpid()}-{time.time_ns()}"   # this build's, on every node
         if started:
             env = {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}
             ray.init(address=self.address, include_dashboard=False, log_to_driver=True,
@@ -74,11 +78,12 @@ class RayExecutor(Executor):
 
             def lane(step, emit, fail, out_dir):
                 return RayLane(step, emit, fail, out_dir, nodes=nodes,
-                               gpus=int(self.resources.get("GPU", 0)))
+                               gpus=int(self.resources.get("GPU", 0)), board=board)
             return Driver(source, steps, out, lane, progress=progress, t0=t0).run()
         finally:
             if started:
                 ray.shutdown()
+            shutil.rmtree(board_dir(board), ignore_errors=True)
 
 
 def actor_options(step: Step, stage: str, k: int) -> dict:
@@ -99,7 +104,8 @@ def actor_count(step: Step, nodes: int, gpus: int) -> int:
 
 
 class RayLane(Lane):
-    def __init__(self, step: Step, emit, fail, out_dir: Path, *, nodes: int, gpus: int):
+    def __init__(self, step: Step, emit, fail, out_dir: Path, *, nodes: int, gpus: int,
+                 board: str | None = None):
         super().__init__(step, emit, fail, out_dir)
         from .ray_actor import StepActor, driver_env
         import ray
@@ -109,7 +115,8 @@ class RayLane(Lane):
             raise BadInput(f"step {step.name!r} was not made from a pipeline file",
                            fix="make it with curate.pipeline.registry.make")
         self.recipe, self.stage = recipe, f"{os.getpid()}-{step.name}"
-        self.env = driver_env()
+        # the build's board: a verify actor's timed batches stop the synth actors' workers
+        self.env = {**driver_env(), BOARD_ENV: board}
         self.actors = []
         if step.batch_size is not None:
             self.actors = [StepActor.options(**actor_options(step, self.stage, k))
