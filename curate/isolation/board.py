@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from .freeze import _signal
+
 ENV = "CURATE_BACKGROUND_BOARD"   # the board's name, set by the executor for its workers
 
 
@@ -134,10 +136,3 @@ class Board:
             self._tally[pgid] = (done + len(whole), total)
             return total
 
-
-def _signal(pgid: int, sig: int) -> bool:
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
