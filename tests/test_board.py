@@ -114,3 +114,24 @@ def test_a_ray_actor_joins_the_build_board(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.stdout.strip() == "True", out.stderr[-2000:]
+
+
+def test_a_killed_build_board_is_swept_and_live_or_foreign_ones_stay(tmp_path, monkeypatch):
+    """A driver killed with SIGKILL leaves its board: the next build on the host removes it,
+    never a live build's, nor one another host's driver named."""
+    import socket
+    import tempfile
+    from curate.isolation import board as board_mod
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    host = socket.gethostname()
+    names = {"dead": f"{host}.{dead.pid}.1", "live": board_mod.new_name(),
+             "foreign": f"elsewhere.{dead.pid}.1"}
+    for name in names.values():
+        Board(board_mod.board_dir(name))
+    gone = board_mod.sweep_dead()
+    assert gone == [board_mod.board_dir(names["dead"])]
+    assert not board_mod.board_dir(names["dead"]).exists()
+    assert board_mod.board_dir(names["live"]).exists()
+    assert board_mod.board_dir(names["foreign"]).exists()

@@ -19,7 +19,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import signal
+import socket
 import stat
 import tempfile
 import threading
@@ -35,6 +37,27 @@ ENV = "CURATE_BACKGROUND_BOARD"   # the board's name, set by the executor for it
 def board_dir(name: str) -> Path:
     """The node-local folder of the board `name` (per user: other users' boards are not ours)."""
     return Path(tempfile.gettempdir()) / f"curate-board-{os.getuid()}-{name}"
+
+
+def new_name() -> str:
+    """A build's board name: the driver's host and pid, so that its node can tell a dead
+    build's board (killed drivers leave theirs) from another host's live one."""
+    return f"{socket.gethostname()}.{os.getpid()}.{time.time_ns()}"
+
+
+def sweep_dead() -> list[Path]:
+    """Remove the boards of this host's builds whose driver is gone; returns what went.
+
+    A board only names process groups to stop: a dead build's is litter, never state."""
+    prefix, host, gone = f"curate-board-{os.getuid()}-", socket.gethostname(), []
+    for folder in Path(tempfile.gettempdir()).glob(prefix + "*"):
+        parts = folder.name[len(prefix):].rsplit(".", 2)
+        if len(parts) != 3 or parts[0] != host or not parts[1].isdigit():
+            continue   # another host's build, or a name this version does not write
+        if start_time(int(parts[1])) is None:
+            shutil.rmtree(folder, ignore_errors=True)
+            gone.append(folder)
+    return gone
 
 
 def start_time(pid: int) -> str | None:

@@ -18,11 +18,10 @@ import logging
 import os
 import shutil
 import threading
-import time
 from pathlib import Path
 
 from ...errors import BadInput
-from ...isolation.board import ENV as BOARD_ENV, board_dir
+from ...isolation.board import ENV as BOARD_ENV, board_dir, new_name, sweep_dead
 from ..runner import StageStats
 from ..step import Source, Step
 from .base import Executor, Lane
@@ -66,7 +65,8 @@ class RayExecutor(Executor):
             t0: float) -> list[StageStats]:
         ray = self.ray
         started = not ray.is_initialized()
-        board = f"{os.getpid()}-{time.time_ns()}"   # this build's, on every node
+        sweep_dead()                # boards left by builds killed on this host
+        board = new_name()          # this build's, on every node
         if started:
             env = {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}
             ray.init(address=self.address, include_dashboard=False, log_to_driver=True,
