@@ -331,14 +331,8 @@ def clusters_from_links(n: int, links: dict[int, int]) -> np.ndarray:
 
 
 def hardware() -> dict:
-    cpu = platform.processor()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from curate.verify.machine import cpu_model
+    cpu = cpu_model() or platform.processor()
     mem = None
     try:
         for line in open("/proc/meminfo"):

@@ -42,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from curate.card.facts import host  # noqa: E402
+from curate.card.machine import host  # noqa: E402
 from curate.tableio import read_rows  # noqa: E402
 
 REPLAY = ROOT / "tests" / "fixtures" / "llm_replay"
@@ -107,7 +107,7 @@ def verdict(intent: str, res: dict | None, threshold: float) -> str:
 
 
 def machine() -> dict:
-    from curate.card.facts import host
+    from curate.card.machine import host
     out = {"host": host(), "python": platform.python_version()}
     try:
         import torch

@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from curate.card.facts import host  # noqa: E402
+from curate.card.machine import host  # noqa: E402
 from curate.synth.llm.cache import ResponseCache, reply_key  # noqa: E402
 from curate.synth.llm.client import ChatClient, Sampling  # noqa: E402
 

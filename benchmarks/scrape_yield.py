@@ -61,14 +61,8 @@ def _version(pkg: str) -> str | None:
 
 
 def machine() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from curate.verify.machine import cpu_model
+    cpu = cpu_model() or platform.processor() or platform.machine()
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
             **{p: _version(p) for p in ("torch", "triton", "timm", "torchvision", "identify")}}
 

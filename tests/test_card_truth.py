@@ -14,7 +14,8 @@ import pytest
 
 from curate.card import render_card
 from curate.card import reasons as R
-from curate.card.facts import gather, record_machine
+from curate.card.facts import gather
+from curate.card.machine import record_machine
 from curate.hub.push import publish_files
 from curate.hub.shards import list_shards, write_shards
 from curate.tableio import read_rows
@@ -88,11 +89,11 @@ def test_cpu_card_says_how_many_threads_timed_each_call(cpu_build):
 
 
 def test_the_machine_is_recorded_once_per_build(tmp_path, monkeypatch):
-    import curate.card.facts as facts
+    import curate.card.machine as machine
     build = make_build(tmp_path)
-    monkeypatch.setattr(facts, "host", lambda: {"processor": "Build CPU", "cores": 8})
+    monkeypatch.setattr(machine, "host", lambda: {"processor": "Build CPU", "cores": 8})
     assert record_machine(build)["processor"] == "Build CPU"
-    monkeypatch.setattr(facts, "host", lambda: {"processor": "Laptop", "cores": 4})
+    monkeypatch.setattr(machine, "host", lambda: {"processor": "Laptop", "cores": 4})
     assert record_machine(build)["processor"] == "Build CPU"  # a later render: same build
     (build / "stats.json").write_text((build / "stats.json").read_text() + " ")
     assert record_machine(build)["processor"] == "Laptop"     # a new build on this machine

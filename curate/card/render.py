@@ -23,7 +23,8 @@ import yaml
 from ..datadirs import data_dir
 from ..schema import columns as schema_columns
 from . import reasons
-from .facts import BACKEND_NAMES, Facts, gather, record_machine
+from .facts import BACKEND_NAMES, Facts, gather
+from .machine import record_machine
 from .plots import render_all
 from .records import WHY
 

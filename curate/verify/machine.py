@@ -54,10 +54,16 @@ def cpuinfo() -> dict[str, str]:
     return fields
 
 
+def cpu_model() -> str | None:
+    """The processor's name: x86 says `model name`, ARM kernels one of the others."""
+    fields = cpuinfo()
+    return next((fields[k] for k in ("model name", "Model", "Hardware", "cpu model")
+                 if fields.get(k)), None)
+
+
 @functools.lru_cache(maxsize=1)
 def cpu() -> dict:
-    model = cpuinfo().get("model name")
-    return {"cpu": model or platform.processor() or None, "cores": os.cpu_count()}
+    return {"cpu": cpu_model() or platform.processor() or None, "cores": os.cpu_count()}
 
 
 @functools.lru_cache(maxsize=1)
