@@ -116,10 +116,11 @@ def _calls(s: Session, req: Calls, planned: list[tuple[int, float]]) -> Reply:
             return
         k, scale = planned[i]
         t_gates = TIMERS.perf_counter()
-        if s.runner.remade and s.device == "cuda":
-            # large sets: no second set on the device (digests of the buffers as the call left
-            # them and written again); the gates take what they need through ctx.pristine
-            if not s.runner.unchanged(k, scale, args, keep=[*items, *(copy or [])]):
+        if s.runner.remade:
+            # large sets: no second set beside the buffers (digests of the buffers as the call
+            # left them and written again); the gates take what they need through
+            # ctx.pristine. `items` is None where the batch kept a copy of the outputs
+            if not s.runner.unchanged(k, scale, args, keep=[*(items or ()), *(copy or ())]):
                 s.ctx.flag("input_mutated")
             pristine = []
         else:
