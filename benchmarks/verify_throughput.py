@@ -66,9 +66,12 @@ def problem_rows(files: list[Path], root: Path) -> list[dict]:
     return rows
 
 
-def synthesize(rows: list[dict], device: str, sandbox: str = "auto") -> tuple[list[dict], dict]:
+def synthesize(rows: list[dict], device: str, sandbox: str = "auto",
+               deadline_s: float | None = None) -> tuple[list[dict], dict]:
     """Candidates from the synth-inductor step; what it dropped is counted by reason, and the
-    first errors are kept (a run where every row fails says why)."""
+    first errors are kept (a run where every row fails says why). Progress is printed as rows
+    end (a run cut at its limit shows how far synthesis got); past `deadline_s` the rows
+    made so far are verified and the rest left out (`cut` in the result)."""
     from curate.pipeline import config, registry
     cls = registry.load("synth-inductor", registry.STEPS)
     step = config.instantiate(cls, {"sandbox": sandbox}, {"device": device}, "synth-inductor")
@@ -78,15 +81,23 @@ def synthesize(rows: list[dict], device: str, sandbox: str = "auto") -> tuple[li
     try:
         out = step.process(rows)
         pairs = enumerate(out) if isinstance(out, list) else out
+        done, cut = 0, False
         for _, outcome in pairs:
+            done += 1
             kept += [r for r in outcome.kept if r.get("kernel_code")]
             if outcome.dropped is not None:
                 dropped.update(outcome.reasons or ["unspecified"])
                 if len(errors) < 3 and outcome.dropped.get("error"):
                     errors.append(outcome.dropped["error"][-600:])
+            if done % 10 == 0 or done == len(rows):
+                print(f"synth +{time.monotonic() - t0:6.1f}s {done:3d}/{len(rows)} rows, "
+                      f"{len(kept)} candidates", flush=True)
+            if deadline_s is not None and time.monotonic() - t0 > deadline_s:
+                cut = True
+                break
     finally:
         step.teardown()
-    return kept, {"seconds": time.monotonic() - t0, "candidates": len(kept),
+    return kept, {"seconds": time.monotonic() - t0, "candidates": len(kept), "cut": cut,
                   "dropped": dict(dropped), "errors": errors, "sandbox": step.sandbox}
 
 
@@ -457,7 +468,9 @@ def main(argv=None) -> int:
             ap.error("--kernelbench DIR or --pairs TABLE is required")
         problems = sampled_rows(args)
         report["problems"] = [r["path"] for r in problems]
-        pairs, report["synth"] = synthesize(problems, device)
+        # synthesis may take at most half the run's deadline: the rest is verify's
+        pairs, report["synth"] = synthesize(
+            problems, device, deadline_s=args.deadline / 2 if args.deadline else None)
         print(f"synth: {len(pairs)} candidates from {len(problems)} problems in "
               f"{report['synth']['seconds']:.1f}s")
         if args.pairs_out:
