@@ -400,6 +400,32 @@ def test_gpu_illegal_memory_access_costs_one_row(cache_dir):
 
 
 @pytest.mark.gpu
+def test_gpu_rows_verify_alike_when_sets_are_made_again(cache_dir):
+    """What every multi-GiB KernelBench row gets on the GPU (sets made again into the buffers,
+    mutation checks by digest, outputs one call at a time), asked of small rows by
+    `keep_bytes=0`: the honest Triton and CUDA rows verify and the row that zeroes its inputs
+    is caught, as with kept sets. The GPU tests' own rows keep their sets, so only the second
+    shape reached this path, and a bug in it failed every large row (d383d5d)."""
+    hostile = REPO / "tests" / "fixtures" / "hostile"
+    spec = json.loads((hostile / "cases.json").read_text())
+    case = {c["case"]: c for c in spec["cases"]}["zero_inputs"]
+    rows = [pair("triton_gelu_residual", backend="triton", ref=GELU_REF),
+            pair("cuda_fused_gelu", backend="cuda", ref=GELU_REF),
+            {"id": "zero_inputs", "backend": "triton", "source": "file",
+             "pytorch_code": (hostile / spec["references"][case["ref"]]).read_text(),
+             "kernel_code": (hostile / "triton" / "zero_inputs.py").read_text()}]
+    with Verifier(device="cuda", workers=2, timeout=300, cache_dir=cache_dir, keep_bytes=0,
+                  second_shape="off") as v:
+        res = {rows[i]["id"]: r for i, r in v.verify(rows)}
+    for name in ("triton_gelu_residual", "cuda_fused_gelu"):
+        r = res[name]
+        assert r.status == "verified", (name, r.status, r.reasons, r.error)
+        assert r.notes.get("correctness_one_by_one") is True
+    assert "input_mutated" in res["zero_inputs"].reasons, (res["zero_inputs"].status,
+                                                           res["zero_inputs"].error)
+
+
+@pytest.mark.gpu
 @pytest.mark.gpu_timing
 def test_gpu_fused_kernel_is_faster_than_eager(cache_dir):
     rows = [pair("cuda_fused_gelu", backend="cuda", ref=GELU_REF),
