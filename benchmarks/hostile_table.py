@@ -70,15 +70,17 @@ def fixture_rows(backends: list[str], only: set[str] | None = None) -> list[dict
 
 
 def run_verify(rows: list[dict], device: str, workers: int | None, timeout: float,
-               on_result=None, static_gates: bool = True) -> list[dict | None]:
+               on_result=None, static_gates: bool = True,
+               keep_bytes: int | None = None) -> list[dict | None]:
     """One verify pass over all rows (fixtures and candidates together, so that the fixtures'
     CUDA builds overlap the candidates' checks); `on_result(out)` after every row, so that a run
     cut short keeps what it finished (rows not reached stay None)."""
     from curate.verify import Verifier
     clean = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
     out: list[dict | None] = [None] * len(rows)
+    opts = {} if keep_bytes is None else {"keep_bytes": keep_bytes}
     with Verifier(device=device, workers=workers, timeout=timeout,
-                  static_gates=static_gates) as v:
+                  static_gates=static_gates, **opts) as v:
         for i, res in v.verify(clean):
             out[i] = {"status": res.status, "reasons": list(res.reasons), "error": res.error,
                       "correct": res.correct, "max_abs_err": res.max_abs_err,
@@ -404,6 +406,9 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--timeout", type=float, default=None, help="seconds a row (default 300; "
                     "60 with --mix)")
+    ap.add_argument("--keep-bytes", type=int, default=None,
+                    help="workers keep no input set larger than this (0: every set made again "
+                         "at each call, the path of multi-GiB rows); default: verify's own")
     ap.add_argument("--no-static", action="store_true", help="static gates off: what the "
                     "layers behind them (dynamic gates, trusted timing, the judge) catch")
     mix = ap.add_argument_group("--mix: hostile rows among honest ones, then each alone")
@@ -460,8 +465,10 @@ def main(argv=None) -> int:
             last[0] = time.monotonic()
             write(results, partial=True)
     report["static_gates"] = not args.no_static
+    report["keep_bytes"] = args.keep_bytes
     results = run_verify(fixtures + cands, device, args.workers, args.timeout,
-                         on_result=save_now_and_then, static_gates=not args.no_static)
+                         on_result=save_now_and_then, static_gates=not args.no_static,
+                         keep_bytes=args.keep_bytes)
     write(results, partial=False)
     if fixtures:
         table, counts = report["fixtures"], report["fixture_counts"]
