@@ -15,8 +15,19 @@ from .calls import poked
 from .into import IntoBuffers, distinct, settle
 
 
-def seed_all(seed: int) -> None:
-    torch.manual_seed(seed)
+# the CPU generator's own seeding, bound before any candidate code runs. `torch.manual_seed`
+# also seeds CUDA, which in a process without a CUDA context (the CPU) queues the seed with a
+# formatted copy of the stack: milliseconds a call, more under the candidate's audit hook, which
+# a set made again at every timed call paid on the candidate's side of the parent's clock
+_SEED_CPU = torch.default_generator.manual_seed
+
+
+def seed_all(seed: int, device: str = "cuda") -> None:
+    """Seed the generators `device`'s inputs come from (the CPU's always)."""
+    if device == "cpu":
+        _SEED_CPU(seed)
+    else:
+        torch.manual_seed(seed)
     random.seed(seed)
     try:
         import numpy as np
@@ -31,7 +42,7 @@ def _device_ctx(device: str):
 
 def make_inputs(mod, seed: int, device: str) -> list:
     """One trial's inputs: `get_inputs()` under the seed, created directly on the device."""
-    seed_all(seed)
+    seed_all(seed, device)
     with _device_ctx(device):
         inputs = list(mod.get_inputs())
     return [to_device(x, device) for x in inputs]
@@ -42,14 +53,14 @@ def make_inputs_into(mod, seed: int, device: str, bufs: list) -> list | None:
     set beside the buffers. None where it cannot be (the caller makes the set as usual)."""
     if not distinct(bufs):
         return None
-    seed_all(seed)
+    seed_all(seed, device)
     with _device_ctx(device), IntoBuffers(bufs):
         got = list(mod.get_inputs())
     return settle([to_device(x, device) for x in got], bufs)
 
 
 def init_args(mod, seed: int, device: str) -> list:
-    seed_all(seed)
+    seed_all(seed, device)
     with _device_ctx(device):
         args = list(mod.get_init_inputs()) if hasattr(mod, "get_init_inputs") else []
     return args
@@ -58,7 +69,7 @@ def init_args(mod, seed: int, device: str) -> list:
 def build_model(cls, args: list, seed: int, device: str):
     """Both models in eval mode: inference semantics (batch norm uses running statistics, no
     dropout), the same mode `curate synth inductor` compiles in."""
-    seed_all(seed)
+    seed_all(seed, device)
     with _device_ctx(device):
         model = cls(*args)
     model = model.to(device) if hasattr(model, "to") else model
