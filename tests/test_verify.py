@@ -767,7 +767,13 @@ def test_timed_outputs_commit_with_the_binding_digest_when_asked(cache_dir):
     with Verifier(device="cpu", workers=1, timeout=120, cache_dir=cache_dir, time_budget=0.3,
                   gates=False, digest="tree") as v:
         res = v.verify_one(pair("cpp_honest", backend="cpp"))
-    assert res.status == "verified", (res.status, res.reasons, res.error)
+    # what this test is about is the digest: every fetched output checked against the tree
+    # digest it was committed with. The speed verdict of a 0.3 s budget on a 2-core CI machine
+    # whose other test process takes a core mid-batch may be `timing_disagrees` (seen once in a
+    # fresh-clone run; 3 of 3 passed alone): that, and only that, is not this test's failure
+    assert "digest_mismatch" not in res.reasons and "outputs_unreadable" not in res.reasons
+    assert res.status == "verified" or res.reasons == ["timing_disagrees"], \
+        (res.status, res.reasons, res.error)
     assert res.notes["timing"]["fetched"] >= 1
     rec = json.loads(res.verification)
     assert rec["settings"]["digest"] == "tree"
