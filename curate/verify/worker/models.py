@@ -15,19 +15,24 @@ from .calls import poked
 from .into import IntoBuffers, distinct, settle
 
 
-# the CPU generator's own seeding, bound before any candidate code runs. `torch.manual_seed`
-# also seeds CUDA, which in a process without a CUDA context (the CPU) queues the seed with a
-# formatted copy of the stack: milliseconds a call, more under the candidate's audit hook, which
-# a set made again at every timed call paid on the candidate's side of the parent's clock
+# the generators' own seeding, bound before any candidate code runs. `torch.manual_seed` also
+# seeds every other backend it knows (CUDA where there is no context yet, XPU, MTIA), each of
+# which queues its seed with a formatted copy of the stack when it is not initialized:
+# milliseconds a call, more under the candidate's audit hook, which a set made again at every
+# timed call paid on the candidate's side of the parent's clock (on the CPU and on the GPU alike)
 _SEED_CPU = torch.default_generator.manual_seed
+_CUDA = torch.cuda
 
 
 def seed_all(seed: int, device: str = "cuda") -> None:
     """Seed the generators `device`'s inputs come from (the CPU's always)."""
-    if device == "cpu":
-        _SEED_CPU(seed)
-    else:
-        torch.manual_seed(seed)
+    _SEED_CPU(seed)
+    if device != "cpu":
+        if _CUDA.is_initialized():
+            for gen in _CUDA.default_generators:
+                gen.manual_seed(seed)
+        else:   # no context yet: CUDA applies the seed when it makes one
+            _CUDA.manual_seed_all(seed)
     random.seed(seed)
     try:
         import numpy as np
