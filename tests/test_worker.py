@@ -201,6 +201,34 @@ def test_input_sets_made_again_from_their_seed_are_the_kept_sets_bits():
     assert ask(m.Finish()).comparison["ok"] is True
 
 
+def test_seeding_formats_no_stack_on_either_device(monkeypatch):
+    """A set made again is seeded at every timed call, inside the parent's clock, and in the
+    candidate's worker each stack formatted walks its frames under the audit hook: seeding may
+    not format one. `torch.manual_seed` does (it queues seeds for XPU and MTIA, and for CUDA
+    where no context exists yet). The GPU path is taken here with a CUDA stand-in whose
+    context exists: its generators get the seed, the CPU generator gets the same bits as
+    `torch.manual_seed`, and no stack is formatted."""
+    import traceback
+    from types import SimpleNamespace
+
+    from curate.verify.worker import models
+
+    torch.manual_seed(7)
+    want = torch.rand(4)
+
+    def no_stack(*a, **k):
+        raise AssertionError("seeding formatted a stack")
+
+    gens = [torch.Generator(), torch.Generator()]
+    monkeypatch.setattr(traceback, "format_stack", no_stack)
+    monkeypatch.setattr(models, "_CUDA", SimpleNamespace(is_initialized=lambda: True,
+                                                         default_generators=gens))
+    for device in ("cpu", "cuda"):
+        models.seed_all(7, device)
+        assert torch.equal(torch.rand(4), want), device
+    assert [g.initial_seed() for g in gens] == [7, 7]
+
+
 def test_a_wrong_candidate_fails_the_comparison_and_the_judge_says_why():
     _, fetched, _ = candidate_outputs(WRONG)
     ask(m.Finish())
