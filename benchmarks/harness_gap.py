@@ -7,7 +7,7 @@ candidate's gates on and off.
 The parent charges a candidate its batch wall time less the judge's fixed cost per call
 (curate/verify/timing.py): whatever the candidate's worker spends beside the judge's on the
 same harness code is credited to its kernel. This verifies honest rows (the fused GELU kernels
-of tests/fixtures/verify; GPU only: on the CPU they are Triton under the interpreter) with the gates
+of tests/fixtures/verify; on the CPU a fused C++ kernel) with the gates
 on and off and prints, per row, both sides' harness parts (before the call: inputs, flush,
 sync; after: kept copy; digest), the credited factor and the speedup. Gates off leaves the
 sandbox and the audit hook's installation as they are; it drops the checks the gates run.
@@ -32,11 +32,15 @@ REF = (FIX / "ref_gelu_residual.py").read_text()
 
 
 def rows(device: str) -> list[dict]:
-    """Honest rows: each fused kernel of the GELU-residual problem."""
-    names = [("triton_gelu_residual", "triton")] + (
-        [("cuda_fused_gelu", "cuda")] if device == "cuda" else [])
+    """Honest rows: on the GPU each fused kernel of the GELU-residual problem, on the CPU the
+    fused C++ scale-add (Triton runs under the interpreter there, with no speed)."""
+    if device == "cpu":
+        return [{"id": "cpp_honest", "backend": "cpp", "source": "file",
+                 "pytorch_code": (FIX / "ref_scale_add.py").read_text(),
+                 "kernel_code": (FIX / "cpp_honest.py").read_text()}]
     return [{"id": n, "backend": b, "source": "file", "pytorch_code": REF,
-             "kernel_code": (FIX / f"{n}.py").read_text()} for n, b in names]
+             "kernel_code": (FIX / f"{n}.py").read_text()}
+            for n, b in (("triton_gelu_residual", "triton"), ("cuda_fused_gelu", "cuda"))]
 
 
 def summary(r) -> dict:
