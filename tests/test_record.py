@@ -143,6 +143,47 @@ def test_a_second_shape_that_cannot_grow_the_rows_memory_runs_on_fresh_workers(
     assert any(k.startswith("second shape starting") for k in res.notes["phases_s"])
 
 
+SLOW_FIRST = """
+import time
+
+import torch
+import torch.nn as nn
+
+CALLS, SLOWED = [0], []
+
+
+class ModelNew(nn.Module):
+    # the reference's own arithmetic: slow in its first calls, and once at the second size
+    def __init__(self, n):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(n))
+
+    def forward(self, x, y):
+        CALLS[0] += 1
+        if x.shape[-1] != 256 and not SLOWED:
+            SLOWED.append(1)
+            time.sleep(5.0)
+        elif CALLS[0] <= 4:
+            time.sleep(2.0)
+        return x * 2.0 + y + self.bias
+"""
+
+
+def test_a_second_shape_gets_its_own_phase_budgets(cache_dir):
+    """The second pass's correctness has a budget of its own: an honest candidate whose first
+    pass spent most of the correctness budget (6-8 of 10 s) and needs 5 s at the second size
+    stays `verified`; sharing the first pass's budget, it timed out there and was called
+    `shape_specialized`."""
+    row = {"id": "slow_first", "pytorch_code": REF, "kernel_code": SLOW_FIRST,
+           "backend": "cpp", "source": "file"}
+    with Verifier(device="cpu", workers=1, timeout=10, cache_dir=cache_dir, memory_gb=4,
+                  gates=False) as v:
+        (_, res), = v.verify([row])
+    note = _rec(res)["second_shape"]
+    assert res.status == "verified", (res.status, res.reasons, res.error, note)
+    assert note["checked"] is True and note["status"] == "verified", note
+
+
 def test_sizes_inside_functions_keep_the_status_and_say_so(verified):
     res = verified["sizes_inside"]
     assert res.status == "verified"
@@ -319,6 +360,8 @@ def test_what_the_second_pass_blames_on_the_candidate():
     assert not_judged("incorrect", ["shape_mismatch"], "cpu") is None
     assert not_judged("crashed", ["signal:SIGSEGV"], "cuda") is None
     assert not_judged("timeout", ["candidate_timeout"], "cpu") is None   # it hung, not the ref
+    # cut by what was left of the row's deadline: the first pass spent it
+    assert not_judged("timeout", ["candidate_timeout", "row_deadline"], "cpu") == "row_deadline"
     assert not_judged("timeout", ["correctness_deadline"], "cpu") == "timeout"
     assert not_judged("reference_error", ["judge_timeout"], "cuda") == "reference_fails"
     assert not_judged("runtime_error", ["out_of_memory"], "cuda") == "out_of_memory"

@@ -33,6 +33,52 @@ def test_every_phase_is_bounded_by_timeout_and_the_row_deadline():
     assert clock.over and clock.limit("load") == 0
 
 
+def test_a_later_pass_has_whole_phase_budgets_within_the_rows_deadline():
+    """A second shape's correctness gets its own budget (the first pass's correctness may have
+    spent the row's), never past the row's deadline; what it spends, the row has spent."""
+    row = RowClock(Budget(timeout=10, compile_timeout=300))
+    row.charge("correctness", 9)
+    assert row.limit("correctness") == pytest.approx(1)
+    second = row.next_pass()
+    assert second.limit("correctness") == 10 and not second.deadline_binds("correctness")
+    second.charge("correctness", 4)
+    assert row.spent == pytest.approx(13) and row.by_phase["correctness"] == 9
+    row.charge("timing", 10)   # 7 left of the row's deadline (30): the phase's 6 bind
+    assert second.limit("correctness") == pytest.approx(6)
+    row.charge("load", 2)      # 5 left of the deadline: now it binds
+    assert second.limit("correctness") == pytest.approx(5)
+    assert second.deadline_binds("correctness") and not second.deadline_binds("correctness", 3)
+
+
+def test_a_second_pass_timeout_cut_by_the_rows_deadline_is_not_judged():
+    """A request that timed out under what was left of the row's deadline says `row_deadline`;
+    at the second shape that is not the candidate's doing (the first pass spent the time),
+    while a timeout under a budget of its own is (it hangs where the reference did not)."""
+    from types import SimpleNamespace
+
+    from curate.verify.resized import not_judged
+    from curate.verify.sides import RowOver, Side
+
+    class Hung:
+        pid = None
+
+        def call(self, task, limit, **kw):
+            return SimpleNamespace(ok=False, status="timeout", seconds=limit, exit_code=None,
+                                   output="", error=None, fds=[], value=None)
+
+    got = {}
+    for spent in (0.0, 27.0):
+        clock = RowClock(Budget(timeout=10, compile_timeout=300))
+        clock.charge("timing", spent)
+        res = VerifyResult()
+        with pytest.raises(RowOver):
+            Side(Hung(), "candidate", res, clock.next_pass(), []).ask(
+                m.Calls(calls=[[0, 1.0]]), "correctness", (m.Batch,))
+        got[spent] = (res.status, res.reasons, not_judged(res.status, res.reasons, "cpu"))
+    assert got[0.0] == ("timeout", ["candidate_timeout"], None)
+    assert got[27.0] == ("timeout", ["candidate_timeout", "row_deadline"], "row_deadline")
+
+
 def test_compile_budget_is_the_timeout_and_the_compiler_gets_its_own_grace():
     b = Budget(timeout=10, compile_timeout=300)
     assert b.phase("compile") == 10 and b.compiler_grace == 300

@@ -66,10 +66,38 @@ class RowClock:
         left_in_phase = self.budget.phase(phase) - self.by_phase.get(phase, 0.0)
         return max(0.0, min(left_in_phase, self.left()))
 
+    def deadline_binds(self, phase: str, cap: float | None = None) -> bool:
+        """Whether the row's deadline, not the phase's budget or `cap`, sets the next request's
+        limit: a request that times out under it ran out of the row's time, which earlier
+        passes may have spent."""
+        left_in_phase = self.budget.phase(phase) - self.by_phase.get(phase, 0.0)
+        return self.left() < (left_in_phase if cap is None else min(left_in_phase, cap))
+
     def charge(self, phase: str, seconds: float) -> None:
         self.spent += max(0.0, seconds)
         self.by_phase[phase] = self.by_phase.get(phase, 0.0) + max(0.0, seconds)
 
+    def next_pass(self) -> PassClock:
+        """The clock of a later pass of this row (its second shape): each phase's budget whole
+        again, the row's deadline shared."""
+        return PassClock(self.budget, row=self)
+
     @property
     def over(self) -> bool:
         return self.left() <= 0.0
+
+
+@dataclass
+class PassClock(RowClock):
+    """A later pass of a row: its own phase budgets (a second shape's correctness must not
+    time out on what the first pass spent), within what is left of the row's deadline; what
+    it spends, the row has spent."""
+
+    row: RowClock | None = None
+
+    def left(self) -> float:
+        return self.row.left()
+
+    def charge(self, phase: str, seconds: float) -> None:
+        super().charge(phase, seconds)
+        self.row.spent += max(0.0, seconds)

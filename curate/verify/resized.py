@@ -31,7 +31,11 @@ NOT_JUDGED = {"reference_error": "reference_fails", "degenerate_reference": "ref
 
 
 def not_judged(status: str, reasons: list, device: str) -> str | None:
-    """Why the second pass's outcome says nothing about the candidate (None: it does)."""
+    """Why the second pass's outcome says nothing about the candidate (None: it does). A
+    candidate that times out within a budget of its own hangs where the reference did not;
+    one cut by what is left of the row's deadline ran out of the first pass's time."""
+    if status == "timeout" and "row_deadline" in reasons:
+        return "row_deadline"
     if status == "timeout" and "candidate_timeout" in reasons:
         return None
     if device == "cuda" and "out_of_memory" in reasons:
@@ -119,7 +123,7 @@ def _sub_run(row, code: str):
     sub.cfg = dataclasses.replace(row.cfg, trials=1)
     sub.key = f"{row.key}:second"
     sub.rng = random.Random(f"{row.run.secret.hex()}:{sub.key}")
-    sub.clock = row.clock           # the row's deadline bounds both passes together
+    sub.clock = row.clock.next_pass()   # its own phase budgets; the row's deadline bounds both
     sub.findings = []
     return sub
 

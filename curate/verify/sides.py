@@ -29,6 +29,7 @@ class Side:
         self.findings = findings          # the row's findings, shared by its sides
         self.on_phase = on_phase or (lambda name: None)
         self.last_wall = 0.0
+        self.deadline_bound = False       # the last request's limit was the row's deadline
 
     @property
     def pid(self) -> int | None:
@@ -56,6 +57,7 @@ class Side:
         return Pending(self, msg.encode(request), limit, phase, expect)
 
     def _limit(self, request: msg.Message, phase: str, cap: float | None) -> float:
+        self.deadline_bound = self.clock.deadline_binds(phase, cap)
         limit = self.clock.limit(phase)
         if cap is not None:
             limit = min(limit, cap)
@@ -78,6 +80,8 @@ class Side:
             status, reasons, error = task_failure(tr.status, self.role, seconds=tr.seconds,
                                                   exit_code=tr.exit_code, output=tr.output,
                                                   error=tr.error)
+            if tr.status == "timeout" and self.deadline_bound:
+                reasons.append("row_deadline")   # the row's time ran out, not the phase's
             if self.role == "judge":
                 status, reasons = judge_failure(tr.status, reasons)
             self._end(status, *reasons, error=error)
