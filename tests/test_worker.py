@@ -5,6 +5,7 @@ worker is made of. (The sandboxed workers themselves are tests/test_verify.py's.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -570,6 +571,45 @@ def test_digest_is_the_same_in_a_fresh_process():
                          env=env, timeout=120, check=True)
     g = torch.Generator().manual_seed(1)
     assert int(out.stdout) == digest([torch.randn(100, generator=g), None, torch.arange(5)])
+
+
+WATCH_BATCH = """
+import collections, json, os, sys
+from pathlib import Path
+from curate.verify import messages as m
+from curate.verify.worker import main
+from curate.verify.worker.gates.audit import _WATCHED
+fix = Path(sys.argv[1])
+main.setup()
+def ask(msg):
+    return m.decode(main.handle(m.encode(msg)), expect=m.REPLIES)
+loaded = ask(m.Load(role="candidate", device="cpu", kernel_code=(fix / "cpp_honest.py").read_text(),
+                    pytorch_code=(fix / "ref_scale_add.py").read_text(), seed_init=3,
+                    seeds=[11, 12], poke=5, tag="t", gates=True))
+assert isinstance(loaded, m.Loaded), loaded
+ask(m.Calls(calls=[[0, 1.0], [1, 1.0]], check=2, keep=True))
+seen, on = collections.Counter(), [False]
+sys.addaudithook(lambda ev, args: on[0] and ev in _WATCHED and seen.update([ev]))
+on[0] = True
+batch = ask(m.Calls(calls=[[k % 2, 1.0] for k in range(16)], timed=True, keep=True))
+on[0] = False
+assert isinstance(batch, m.Batch) and len(batch.ms) == 16, batch
+print(json.dumps(dict(seen)))
+"""
+
+
+def test_a_timed_batch_raises_no_event_the_candidates_audit_hook_walks_the_stack_for(tmp_path):
+    """Every watched audit event in the candidate's worker costs a walk of the stack, inside
+    the parent's clock when it happens in a timed batch, and the judge pays none: the parent
+    then charges it to the candidate's kernel. The request's own handling (decoding a message
+    compiled its type hints again: `compile` and `exec`; the extensions folder set again:
+    `os.putenv`) raised 78 such events a batch; the harness may raise none."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+           "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    out = subprocess.run([sys.executable, "-c", WATCH_BATCH, str(FIX)], capture_output=True,
+                         text=True, env=env, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {}
 
 
 # -- the pieces, moved from tests/test_verify.py ------------------------------------------------

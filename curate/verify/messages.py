@@ -260,6 +260,12 @@ REQUESTS = (ProbeCuda, ProbeSend, ProbeReceive, Compile, Load, Reference, Calls,
 REPLIES = (Failed, Probed, Compiled, Loaded, Batch, Outputs, Compared, Finished, Released)
 KINDS: dict[str, type] = {c.kind: c for c in REQUESTS + REPLIES}
 assert len(KINDS) == len(REQUESTS) + len(REPLIES), "two messages share a kind"
+# each kind's field types and names, read once here: `typing.get_type_hints` compiles every
+# string annotation again at each call, and in the candidate's worker each compile is an audit
+# event its hook walks the stack for, inside the parent's clock of every timed batch
+HINTS: dict[type, dict] = {c: typing.get_type_hints(c) for c in KINDS.values()}
+NAMES: dict[type, frozenset] = {c: frozenset(f.name for f in dataclasses.fields(c))
+                                for c in KINDS.values()}
 
 
 def encode(msg: Message) -> dict:
@@ -294,8 +300,7 @@ def decode(data, expect: tuple[type, ...] | None = None) -> Message:
         raise ProtocolError(f"{kind} where {'/'.join(c.kind for c in expect)} was expected")
     if data.pop("_recycle", False):
         data["recycle"] = True
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
+    hints, names = HINTS[cls], NAMES[cls]
     unknown = set(data) - names
     if unknown:
         raise ProtocolError(f"{kind}: unknown keys {sorted(unknown)}"[:200])
