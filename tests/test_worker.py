@@ -579,12 +579,12 @@ from pathlib import Path
 from curate.verify import messages as m
 from curate.verify.worker import main
 from curate.verify.worker.gates.audit import _WATCHED
-fix = Path(sys.argv[1])
+fix, device, kernel, ref = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 main.setup()
 def ask(msg):
     return m.decode(main.handle(m.encode(msg)), expect=m.REPLIES)
-loaded = ask(m.Load(role="candidate", device="cpu", kernel_code=(fix / "cpp_honest.py").read_text(),
-                    pytorch_code=(fix / "ref_scale_add.py").read_text(), seed_init=3,
+loaded = ask(m.Load(role="candidate", device=device, kernel_code=(fix / kernel).read_text(),
+                    pytorch_code=(fix / ref).read_text(), seed_init=3,
                     seeds=[11, 12], poke=5, tag="t", gates=True))
 assert isinstance(loaded, m.Loaded), loaded
 ask(m.Calls(calls=[[0, 1.0], [1, 1.0]], check=2, keep=True))
@@ -598,18 +598,31 @@ print(json.dumps(dict(seen)))
 """
 
 
+def _watched_events(tmp_path, device: str, kernel: str, ref: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+           "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    out = subprocess.run([sys.executable, "-c", WATCH_BATCH, str(FIX), device, kernel, ref],
+                         capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["triton_gelu_residual.py", "cuda_fused_gelu.py"])
+def test_a_gpu_timed_batch_raises_no_event_the_audit_hook_walks_the_stack_for(tmp_path,
+                                                                             kernel):
+    """The GPU's own harness steps (persisting L2 reset, flush, events, synchronizations)
+    and Triton's and a CUDA extension's launches: no watched event either."""
+    assert _watched_events(tmp_path, "cuda", kernel, "ref_gelu_residual.py") == {}
+
+
 def test_a_timed_batch_raises_no_event_the_candidates_audit_hook_walks_the_stack_for(tmp_path):
     """Every watched audit event in the candidate's worker costs a walk of the stack, inside
     the parent's clock when it happens in a timed batch, and the judge pays none: the parent
     then charges it to the candidate's kernel. The request's own handling (decoding a message
     compiled its type hints again: `compile` and `exec`; the extensions folder set again:
     `os.putenv`) raised 78 such events a batch; the harness may raise none."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
-           "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
-    out = subprocess.run([sys.executable, "-c", WATCH_BATCH, str(FIX)], capture_output=True,
-                         text=True, env=env, timeout=600, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == {}
+    assert _watched_events(tmp_path, "cpu", "cpp_honest.py", "ref_scale_add.py") == {}
 
 
 # -- the pieces, moved from tests/test_verify.py ------------------------------------------------
