@@ -49,6 +49,9 @@ BENCHES = [
     # the digest every timed call pays inside the parent's clock, at 8- and 4-byte words
     Bench("digest_cost", ["benchmarks/digest_cost.py", "--device", "cuda", "--mib",
                           "0.0625,16,256,2048", "--out", "{out}"], 60, headline="rows"),
+    # what the clock charges honest rows for the candidate's own harness, gates on and off
+    Bench("harness_gap", ["benchmarks/harness_gap.py", "--device", "cuda", "--repeat", "2",
+                          "--out", "{out}"], 240, headline="summary"),
     Bench("gpu_tests", ["-m", "pytest", "-v", "-m", "gpu", "-n", "4", "-p", "no:cacheprovider",
                         "--durations=0", "--junitxml", "{dir}/gpu_tests.xml", "tests/"], 300),
     Bench("hostile", ["benchmarks/hostile_table.py", "--device", "cuda", "--out", "{out}"], 300,
