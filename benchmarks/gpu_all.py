@@ -79,10 +79,10 @@ BENCHES = [
                               "{dir}/verify_throughput_{tag}.json", "--out", "{out}"], 120,
           headline="replays"),
     Bench("second_shape", ["benchmarks/second_shape.py", "--device", "cuda", "--kernelbench",
-                           "{kb}", "--n", "20", "--pairs", "{dir}/tp_pairs.jsonl", "--out",
-                           "{out}"], 540, needs_kb=True,
+                           "{kb}", "--n", "20", "--pairs", "{dir}/tp_pairs.jsonl", "--ab",
+                           "identity", "--out", "{out}"], 540, needs_kb=True,
           headline="false_positives,honest_checked,sets.identity.cost_share,"
-                   "sets.inductor.cost_share"),
+                   "sets.identity.wall_cost,sets.inductor.cost_share"),
     # whether rows in flight bound verify: the same pairs with 12 worker pairs instead of 8
     Bench("verify_throughput_w12", [
         "benchmarks/verify_throughput.py", "--kernelbench", "{kb}", "--device", "cuda",

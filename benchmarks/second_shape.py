@@ -16,8 +16,12 @@ Three sets of pairs, each verified once with `second_shape="all"`:
   compiled for static shapes: specialized by construction, which is why `second_shape="auto"`
   (the default) checks them at their own shape only. Their rows measure the cost.
 
-The cost is the seconds of the rows' second-shape phases over the seconds of all their phases.
-It prints a table and writes JSON with the hardware, the versions and every row's figures.
+The cost, three ways: the seconds of the rows' second-shape phases over the seconds of all their
+phases (`cost_share`, waits for memory or workers included); the same without the waits
+(`work_share`); and, for the sets `--ab` names, the set's wall time verified with
+`second_shape="all"` over the same set verified again with it off (`wall_cost`: what a build
+pays). Each row keeps its phases. It prints a table and writes JSON with the hardware, the
+versions and every row's figures.
 """
 
 from __future__ import annotations
@@ -62,12 +66,13 @@ def fixture_pairs(device: str) -> list[dict]:
     return out
 
 
-def verify(pairs: list[dict], device: str, gates: bool, timeout: float, sandbox: str) -> dict:
+def verify(pairs: list[dict], device: str, gates: bool, timeout: float, sandbox: str,
+           mode: str = "all") -> dict:
     from curate.verify import Verifier
     t0 = time.monotonic()
     rows = {}
     with Verifier(device=device, gates=gates, timeout=timeout, sandbox=sandbox,
-                  second_shape="all") as v:
+                  second_shape=mode) as v:
         for i, res in v.verify(pairs):
             phases = res.notes.get("phases_s") or {}
             second = sum(s for k, s in phases.items() if k.startswith("second shape"))
@@ -75,14 +80,28 @@ def verify(pairs: list[dict], device: str, gates: bool, timeout: float, sandbox:
             rows[pairs[i]["id"]] = {
                 "status": res.status, "reasons": res.reasons, "error": (res.error or "")[:300],
                 "seconds": round(sum(phases.values()), 3), "second_s": round(second, 3),
+                "second_work_s": round(sum(s for k, s in phases.items()
+                                           if k.startswith("second shape") and not _wait(k)), 3),
+                "work_s": round(sum(s for k, s in phases.items() if not _wait(k)), 3),
+                "phases": {k: round(s, 3) for k, s in phases.items()},
                 "checked": shape.get("checked"), "why": shape.get("why"),
                 "sizes": shape.get("sizes"), "speedup": res.speedup}
     return {"wall_s": round(time.monotonic() - t0, 1), "rows": rows}
 
 
-def summary(run: dict) -> dict:
+def _wait(phase: str) -> bool:
+    return "waiting" in phase
+
+
+def summary(run: dict, off: dict | None = None) -> dict:
     rows = run["rows"].values()
     total = sum(r["seconds"] for r in rows) or 1.0
+    work = sum(r["work_s"] for r in rows) or 1.0
+    ab = {}
+    if off:
+        ab = {"wall_off_s": off["wall_s"],
+              "wall_cost": round((run["wall_s"] - off["wall_s"]) / max(off["wall_s"], 1e-9), 4),
+              "statuses_off": dict(Counter(r["status"] for r in off["rows"].values()))}
     first_verified = [r for r in rows if r["status"] in ("verified", "shape_specialized")]
     return {"rows": len(run["rows"]), "statuses": dict(Counter(r["status"] for r in rows)),
             "checked": sum(1 for r in rows if r["checked"]),
@@ -91,19 +110,38 @@ def summary(run: dict) -> dict:
             "second_s": round(sum(r["second_s"] for r in rows), 2),
             "total_s": round(total, 2),
             "cost_share": round(sum(r["second_s"] for r in rows) / total, 4),
-            "wall_s": run["wall_s"]}
+            "work_share": round(sum(r["second_work_s"] for r in rows) / work, 4),
+            "wall_s": run["wall_s"], **ab}
 
 
 def print_table(report: dict) -> None:
     print(f"{'set':10} {'rows':>5} {'verified':>8} {'checked':>7} {'special.':>8} "
-          f"{'2nd s':>7} {'all s':>8} {'cost':>6}  not checked")
+          f"{'2nd s':>7} {'all s':>8} {'cost':>6} {'work':>6} {'wall':>6}  not checked")
     for name, s in report["sets"].items():
         ver = s["statuses"].get("verified", 0)
         print(f"{name:10} {s['rows']:5d} {ver:8d} {s['checked']:7d} {s['specialized']:8d} "
-              f"{s['second_s']:7.1f} {s['total_s']:8.1f} {s['cost_share']:6.1%}  "
+              f"{s['second_s']:7.1f} {s['total_s']:8.1f} {s['cost_share']:6.1%} "
+              f"{s['work_share']:6.1%} {_pct(s.get('wall_cost')):>6}  "
               f"{s['not_checked'] or '-'}")
     print(f"false positives on honest pairs (identity + fixtures): "
           f"{report['false_positives']} of {report['honest_checked']} checked")
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def run_set(name: str, pairs: list[dict], args, gates: bool) -> tuple[dict, dict]:
+    """The set verified with the second shape (and, where --ab names it, then without it: the
+    wall time it adds); returns the run with its `off` twin inside, and its summary."""
+    run = verify(pairs, args.device, gates, args.timeout, args.sandbox, "all")
+    # off second: whatever the first run warmed (compile caches, page cache) favours the run
+    # without the second shape, so `wall_cost` errs high
+    off = verify(pairs, args.device, gates, args.timeout, args.sandbox, "off") \
+        if name in args.ab.split(",") else None
+    if off:
+        run["off"] = off
+    return run, summary(run, off)
 
 
 def main(argv=None) -> int:
@@ -118,6 +156,9 @@ def main(argv=None) -> int:
     ap.add_argument("--sets", default="identity,fixtures,inductor")
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--sandbox", default="auto")
+    ap.add_argument("--ab", default="", help="sets to verify again with the second shape off, "
+                    "for the wall time it adds (e.g. identity: sets that compile kernels pay "
+                    "their compiles in the first run only)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     root = args.kernelbench if args.kernelbench and Path(args.kernelbench).is_dir() \
@@ -128,13 +169,14 @@ def main(argv=None) -> int:
     report = {"device": args.device, "problems": str(root), "n": len(problems),
               "hardware": hardware(args.device), "sets": {}, "runs": {}}
     if "identity" in sets:
-        run = verify(identity_pairs(problems, args.device), args.device, False, args.timeout,
-                     args.sandbox)
-        report["runs"]["identity"], report["sets"]["identity"] = run, summary(run)
+        pairs = identity_pairs(problems, args.device)
+        run, report["sets"]["identity"] = run_set("identity", pairs, args, False)
+        report["runs"]["identity"] = run
         _write(args.out, report)   # a run cut at its limit keeps the sets it finished
     if "fixtures" in sets:
-        run = verify(fixture_pairs(args.device), args.device, True, args.timeout, args.sandbox)
-        report["runs"]["fixtures"], report["sets"]["fixtures"] = run, summary(run)
+        pairs = fixture_pairs(args.device)
+        run, report["sets"]["fixtures"] = run_set("fixtures", pairs, args, True)
+        report["runs"]["fixtures"] = run
         _write(args.out, report)
     if "inductor" in sets:
         if args.pairs and args.pairs.exists():
@@ -142,8 +184,8 @@ def main(argv=None) -> int:
             pairs = sorted(read_rows(args.pairs), key=lambda r: str(r.get("id")))[:args.n]
         else:
             pairs, report["synthesis"] = synthesize(problems, args.device, args.sandbox)
-        run = verify(pairs, args.device, True, args.timeout, args.sandbox)
-        report["runs"]["inductor"], report["sets"]["inductor"] = run, summary(run)
+        run, report["sets"]["inductor"] = run_set("inductor", pairs, args, True)
+        report["runs"]["inductor"] = run
     honest = [s for k, s in report["sets"].items() if k in ("identity", "fixtures")]
     report["false_positives"] = sum(s["specialized"] for s in honest)
     report["honest_checked"] = sum(s["checked"] for s in honest)

@@ -139,7 +139,9 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
                              r.status, r.notes.get("phases_s"),
                              {k: r.notes.get(k) for k in ("size_gb", "reserved_gb", "peak_gb",
                                                           "judge_peak_gb", "peak_reserved_gb",
-                                                          "judge_peak_reserved_gb")},
+                                                          "judge_peak_reserved_gb",
+                                                          "peak_by_request_gb",
+                                                          "judge_peak_by_request_gb")},
                              {k: r.notes.get(k) for k in ("judge_work_s", "worker_work_s")},
                              v.device_report()["device_gate"]])
             if on_row is not None:
@@ -181,8 +183,8 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
                      "device": r.device_index,
                      "notes": {k: r.notes.get(k) for k in _PHASES + (
                          "phases_s", "judge_work_s", "worker_work_s", "budget_s", "timing_check", "timing", "peak_gb", "judge_peak_gb",
-                         "peak_reserved_gb", "judge_peak_reserved_gb",
-                         "alone_retry", "patched", "size_gb")},
+                         "peak_reserved_gb", "judge_peak_reserved_gb", "peak_by_request_gb",
+                         "judge_peak_by_request_gb", "reserved_gb", "alone_retry", "patched", "size_gb")},
                      "error": (r.error or "")[:300] or None}
                  for k, r in results.items()},
     }

@@ -313,6 +313,11 @@ def test_gpu_records_and_shape_specialized_for_triton_and_cuda(tmp_path):
         assert got[name].status == "shape_specialized", (name, got[name].reasons,
                                                          got[name].error)
     assert json.loads(got["triton_honest"].verification)["software"]["triton"]
+    # each worker's allocator peak by kind of request: which request holds the most copies
+    mem = _rec(got["cuda_gelu"])["memory"]
+    assert {"Load", "Calls"} <= set(mem["candidate_peak_by_request_gb"]), mem
+    assert {"Load", "Calls", "Compare"} <= set(mem["judge_peak_by_request_gb"]), mem
+    assert mem["candidate_peak_gb"] >= max(mem["candidate_peak_by_request_gb"].values()), mem
 
 
 @pytest.mark.gpu

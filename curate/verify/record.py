@@ -59,7 +59,8 @@ def memory(notes: dict) -> dict:
     """What the row reserved on its device against what each worker says it held at its peak
     (the candidate's figure is its own claim): evidence that calibrates `row_memory_gb`."""
     keys = ("size_gb", "reserved_gb", "peak_gb", "peak_reserved_gb", "judge_peak_gb",
-            "judge_peak_reserved_gb", "peak_rss_gb", "judge_peak_rss_gb")
+            "judge_peak_reserved_gb", "peak_rss_gb", "judge_peak_rss_gb",
+            "peak_by_request_gb", "judge_peak_by_request_gb")
     return {k.replace("peak_", "candidate_peak_", 1) if k.startswith("peak_") else k: notes[k]
             for k in keys if notes.get(k) is not None}
 

@@ -85,6 +85,7 @@ def handle(task: dict) -> dict:
         # hook walks the stack for, and every timed batch is a request
         os.environ["TORCH_EXTENSIONS_DIR"] = ext_dir
     reply = _dispatch(req)
+    memory.request_peak(type(req).__name__ + ("_timed" if getattr(req, "timed", False) else ""))
     if isinstance(req, (Compile, Release, Finish)):
         # not between a row's timed batches: they would allocate afresh inside the clock
         keep = req.keep_idle_gb if isinstance(req, Finish) else memory.KEEP_IDLE_GB

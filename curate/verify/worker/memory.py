@@ -1,6 +1,7 @@
 """Device and host memory of a worker between tasks: what an idle worker keeps on the device is
 given back (and reported), host memory is allocated alike in the judge and the candidate, and
-each row's peak is reported (on the GPU the caching allocator's own peaks; on the CPU the
+each row's peak is reported (on the GPU the caching allocator's own peaks, also by kind of
+request; on the CPU the
 resident set's high-water mark, which the kernel resets on request through /proc/self/
 clear_refs, so a worker reused for many rows reports each row's own peak). The reservation rule
 (row.row_memory_gb) is calibrated against these peaks."""
@@ -57,15 +58,34 @@ def same_allocator_settings() -> None:
         pass
 
 
+# this row's allocator peaks on the GPU (allocated, reserved bytes), and the allocated peak of
+# each kind of request: which of a row's requests holds the most copies (`peak_by_request_gb`)
+_ROW_PEAK = [0, 0]
+_BY_REQUEST: dict[str, float] = {}
+
+
 def reset_peak(device: str) -> None:
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
+        _ROW_PEAK[:] = [0, 0]
+        _BY_REQUEST.clear()
         return
     try:
         with open("/proc/self/clear_refs", "w") as fh:
             fh.write("5")   # 5: reset the peak resident set to the current one
     except OSError:
         pass   # no procfs here: the peak then counts from the worker's start
+
+
+def request_peak(kind: str) -> None:
+    """After a request on the GPU: its allocator peak, kept by kind, and the row's peak so far;
+    the allocator's peak then counts from here, for the next request."""
+    if not torch.cuda.is_initialized():
+        return
+    alloc, res = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
+    _BY_REQUEST[kind] = max(_BY_REQUEST.get(kind, 0.0), round(alloc / GB, 3))
+    _ROW_PEAK[:] = [max(_ROW_PEAK[0], alloc), max(_ROW_PEAK[1], res)]
+    torch.cuda.reset_peak_memory_stats()
 
 
 def _status_kb(field: str) -> int | None:
@@ -81,8 +101,11 @@ def peak_notes(device: str, prefix: str = "") -> dict:
     """`peak_gb` and `peak_reserved_gb` on the GPU; `peak_rss_gb` (and `rss_gb`, what the worker
     holds at the end, mostly the libraries it imported) on the CPU."""
     if device == "cuda":
-        return {f"{prefix}peak_gb": round(torch.cuda.max_memory_allocated() / GB, 3),
-                f"{prefix}peak_reserved_gb": round(torch.cuda.max_memory_reserved() / GB, 3)}
+        alloc = max(_ROW_PEAK[0], torch.cuda.max_memory_allocated())
+        res = max(_ROW_PEAK[1], torch.cuda.max_memory_reserved())
+        return {f"{prefix}peak_gb": round(alloc / GB, 3),
+                f"{prefix}peak_reserved_gb": round(res / GB, 3),
+                f"{prefix}peak_by_request_gb": dict(_BY_REQUEST)}
     peak, now = _status_kb("VmHWM"), _status_kb("VmRSS")
     if peak is None or now is None:
         return {}
