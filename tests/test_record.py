@@ -124,8 +124,8 @@ def test_a_kernel_written_for_one_shape_is_shape_specialized(verified):
 
 def test_a_second_shape_that_cannot_grow_the_rows_memory_runs_on_fresh_workers(
         cache_dir, monkeypatch):
-    """Where the device's memory cannot take the second size beside the row's first at once,
-    the row gives its reservation back and the second pass waits for one of its own, on a
+    """Where the row may not wait for the device's memory to take the second size beside its
+    first (scheduler.MemoryGate.regrow), the row gives its reservation back and the second pass waits for one of its own, on a
     fresh pair of workers: the verdict is the same."""
     from curate.verify.row import RowRun
     from curate.verify.scheduler import MemoryGate
@@ -134,7 +134,7 @@ def test_a_second_shape_that_cannot_grow_the_rows_memory_runs_on_fresh_workers(
     # the device has no room for the difference now
     monkeypatch.setattr(RowRun, "_need", lambda self, device, size_gb, scale=1.0:
                         need(self, device, size_gb) + (2.0 if scale != 1.0 else 0.0))
-    monkeypatch.setattr(MemoryGate, "try_grow", lambda self, gb: False)
+    monkeypatch.setattr(MemoryGate, "regrow", lambda self, grant, gb: False)
     rows = [pair("hidden_size_alone", "cpp_hidden_size")]
     with Verifier(device="cpu", workers=1, timeout=60, cache_dir=cache_dir, memory_gb=4) as v:
         (_, res), = v.verify(rows)

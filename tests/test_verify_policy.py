@@ -306,20 +306,34 @@ def test_a_timed_batch_may_take_ten_times_its_plan_and_a_quarter_of_the_timeout(
     assert Budget(600, 300).batch_cap(0.02) == 30.0      # the device is never held for long
 
 
-def test_a_holders_reservation_grows_only_when_it_fits_now():
-    """A row's second shape grows the reservation it holds; waiting while holding could
-    deadlock two rows, so the growth is taken at once or not at all."""
+def test_a_holders_reservation_grows_for_its_second_pass_only_where_waiting_cannot_deadlock():
+    """A row's second shape grows the reservation it holds: at once where it fits, else it
+    waits (ahead of rows not yet admitted) only when every holder still to grow could grow
+    one after another once the others are done; otherwise it takes nothing and says so."""
     gate = MemoryGate(10.0)
-    gate.acquire(4)
-    gate.acquire(3)
-    assert gate.try_grow(3) is True and gate.used == 10
-    assert gate.try_grow(0.5) is False and gate.used == 10
-    gate.shrink(3)
-    assert gate.used == 7 and gate.holders == 2
-    t = threading.Thread(target=gate.acquire, args=(3,))
-    t.start()
-    t.join(2)
-    assert not t.is_alive() and gate.holders == 3
+    a, b = gate.acquire(4), gate.acquire(3)
+    assert gate.regrow(a, 3) is True and gate.used == 10 and a.held == 7
+    gate.give_back(a, 3)
+    assert gate.used == 7 and a.held == 4 and gate.holders == 2
+    # 4 + 3 held, a asks 5 more: it waits for b, and a newcomer may not take the room
+    grew = threading.Thread(target=gate.regrow, args=(a, 5))
+    grew.start()
+    time.sleep(0.2)
+    assert grew.is_alive() and gate.used == 7
+    newcomer = threading.Thread(target=gate.acquire, args=(1,))
+    newcomer.start()
+    time.sleep(0.2)
+    assert newcomer.is_alive(), "a newcomer took the room a waiting grower needs"
+    gate.release(b)
+    grew.join(2)
+    assert not grew.is_alive() and a.held == 9
+    newcomer.join(2)
+    assert not newcomer.is_alive() and gate.used == 10
+    # a row still to grow (2 held, 7 more) beside a (9 held): a may not wait for 2 more,
+    # since neither could grow while the other holds
+    c = MemoryGate(12.0)
+    big, small = c.acquire(9), c.acquire(2, then=9)
+    assert small.extra == 7 and c.regrow(big, 2) is False and c.used == 11 and big.held == 9
 
 
 def test_device_gate_writer_waits_only_for_young_readers():

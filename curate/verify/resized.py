@@ -52,20 +52,29 @@ def static_compile(row: dict) -> bool:
 class SecondShape:
     """A verified row's second pass, planned: its code at the second sizes and the device memory
     it reserves. `run` on the first pass's workers where the row's reservation can grow to it
-    at once, else later on fresh workers under a reservation of its own."""
+    (waiting for that where it cannot deadlock), else later on fresh workers under a
+    reservation of its own."""
 
     def __init__(self, row, code: str, gb: float):
         self.row, self.code, self.gb = row, code, gb
 
     def run(self, device, sides=None, held_gb: float = 0.0) -> bool:
         """The pass, on `sides` (the first pass's candidate and judge, whose reservation is
-        `held_gb`) or on fresh workers. False: it did not run (the row's reservation could not
-        grow at once: run it again without `sides`)."""
+        `held_gb`) or on fresh workers. False: it did not run (the row's reservation may not
+        wait to grow: run it again without `sides`)."""
         extra = max(0.0, self.gb - held_gb) if sides else 0.0
-        if sides and extra and not device.memory.try_grow(extra):
-            return False
         row, sub = self.row, _sub_run(self.row, self.code)
         row.phase(None)   # the second pass's seconds are its own (phases_s: "second shape ...")
+        if extra:
+            # waiting with the first pass's reservation held, ahead of rows not yet admitted:
+            # giving it back and queueing afresh for the whole second size (on fresh workers)
+            # cost rows in a busy run 10-20 s more than the pass itself
+            sub.phase("waiting to grow its device memory")
+            grown = device.memory.regrow(row.grant, extra)
+            sub.phase(None)
+            if not grown:
+                _spent(row, sub)
+                return False
         try:
             if sides:
                 _pass(sub, device, sides)
@@ -83,13 +92,18 @@ class SecondShape:
             return True
         finally:
             if extra:
-                device.memory.shrink(extra)
+                device.memory.give_back(row.grant, extra)
             sub.phase(None)
-            for k, v in sub.spent.items():
-                row.spent[f"second shape {k}"] += v
+            _spent(row, sub)
         row.res.notes["second_shape"]["reused_workers"] = bool(sides)
         _decide(row, sub, row.res.notes["second_shape"])
         return True
+
+
+def _spent(row, sub) -> None:
+    for k, v in sub.spent.items():
+        row.spent[f"second shape {k}"] += v
+    sub.spent.clear()
 
 
 def plan_second(row, device, need) -> SecondShape | None:

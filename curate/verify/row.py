@@ -256,8 +256,9 @@ class RowRun:
         return plan if self.res.speedup is not None else None
 
     def _second_shape(self, device, cand: Side, judge: Side) -> None:
-        """Plan the second shape and run it on these two workers where the row's memory can
-        grow to it at once; else `verify` runs it on fresh ones after the row's pairs."""
+        """Plan the second shape and run it on these two workers where the row's memory may
+        grow to it (scheduler.MemoryGate.regrow); else `verify` runs it on fresh ones after
+        the row's pairs."""
         def need(scale: float = 1.0) -> float:
             return self._need(device, self.size_gb, scale)
         second = plan_second(self, device, need)

@@ -184,18 +184,29 @@ class MemoryGate:
             self.used = max(0.0, self.used - gb) if self.holders else 0.0
             self._cond.notify_all()
 
-    def try_grow(self, gb: float) -> bool:
-        """A holder's reservation grows by `gb` if that fits now (never waits: a holder that
-        waited for more while holding would deadlock with another doing the same)."""
+    def regrow(self, grant: Grant, gb: float) -> bool:
+        """A holder that has grown asks for `gb` more (its second pass, on the same workers).
+        It waits for it as a row that has not grown yet does, and only where that cannot
+        deadlock: every holder still to grow, this one too, could grow one after another once
+        the others are done. False where it may not wait (nothing is taken): the caller gives
+        its reservation back and queues afresh."""
         with self._cond:
-            if self.used + gb > self.capacity:
+            if grant.extra or grant in self._ungrown:
                 return False
-            self.used += gb
-            return True
+            if self.used + gb + self._growing_gb > self.capacity:
+                pending = [(g.held, g.extra) for g in self._ungrown] + [(grant.held, gb)]
+                if sum(h for h, _ in pending) + max(e for _, e in pending) > self.capacity:
+                    return False
+            grant.extra = gb
+            self._ungrown.append(grant)
+        self.grow(grant)
+        return True
 
-    def shrink(self, gb: float) -> None:
-        """Give back what `try_grow` added (the holder still holds its reservation)."""
+    def give_back(self, grant: Grant, gb: float) -> None:
+        """A holder gives back `gb` of what it holds and keeps the rest."""
         with self._cond:
+            gb = min(gb, grant.held)
+            grant.held -= gb
             self.used = max(0.0, self.used - gb)
             self._cond.notify_all()
 
