@@ -406,6 +406,24 @@ def test_sets_made_again_are_written_into_the_same_buffers_every_call():
         assert torch.equal(args[0], torch.randn(256) * scale)
 
 
+def test_the_judge_describes_sets_made_again_in_its_buffers_not_beside_them():
+    """The record's description of sets made again is the same as of kept sets, read from the
+    runner's buffers: no set is made beside them (a whole set more at the judge's load)."""
+    from curate.verify.worker.calls import CallRunner
+    from curate.verify.worker.models import InputSets, describe_sets
+    mod, made = _made_by(lambda: [torch.randn(256), torch.rand(8, 32), 3])
+    kept = describe_sets(InputSets(mod, [11, 12, 13], "cpu"), 3)
+    sets = InputSets(mod, [11, 12, 13], "cpu", keep_bytes=16)
+    runner = CallRunner(lambda x, y, n: x, sets, "cpu", timers=None)
+    bufs = {x.data_ptr() for x in runner.bufs if isinstance(x, torch.Tensor)}
+    made.clear()
+    assert describe_sets(sets, 3, runner) == kept
+    assert set(made) <= bufs, "a set was made beside the buffers"
+    made.clear()
+    describe_sets(sets, 3)
+    assert set(made) - bufs, "the check cannot see a set made beside the buffers"
+
+
 def _made_by(body):
     """A reference module whose get_inputs is `body` and records every factory result."""
     import types

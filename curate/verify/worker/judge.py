@@ -59,7 +59,7 @@ def load(req: Load) -> Reply:
         s.use_runner(CallRunner(model, sets, s.device, TIMERS, flush_for(s.device)))
         s.spent("load_sets", t0)
         t0 = TIMERS.perf_counter()
-        inputs = describe_sets(sets, len(req.seeds))
+        inputs = describe_sets(sets, len(req.seeds), s.runner)
         s.spent("load_describe", t0)
     except BaseException as exc:  # noqa: BLE001 - classify_exception raises Ctrl-C again
         return reference_failed(exc, s.device)
