@@ -20,6 +20,11 @@ measured (worker starts and loads, then the rest; compile ahead and waits left o
 - `..._waits` (`grow_waits`, `grow_peaks_x0.6_waits`): the same, with the waits a row spends
   holding its memory added to its phases as measured (waiting for the device behind timed
   batches, waiting to time): what the rule gives on the run's own device contention.
+- `grow_shrink_waits`: as `grow_waits`, and once its correctness phases are done a row gives
+  back all but what its two workers held at their peaks in the timed rounds (plus the slack and
+  the base; runs that record `peak_by_request_gb` only): what the timed rounds, which hold
+  each side's inputs and outputs about once, need of a reservation sized for the correctness
+  calls' peaks. Not a rule curate has.
 
 Rows whose estimate fills the device run alone at the end, as the engine runs them. What this
 cannot show: how the phases themselves change with more rows at once (the device gate, the
@@ -51,8 +56,11 @@ LOAD_PHASES = ("starting the candidate worker", "starting the judge worker", "ca
                "judge load")
 LEFT_OUT = ("compile compile", "compiling ahead")   # ahead, in the compile pool
 HELD_WAITS = ("waiting for the device", "waiting to time")   # waits while holding memory
+# the phases of the timed rounds (the candidate's calls, correctness and timed alike, are
+# counted with correctness: the replay errs towards holding the whole reservation)
+TIMED_PHASES = ("timing", "judge calls", "candidate finish", "judge finish", "ending workers")
 RULES = ("whole", "grow", "grow_waits", "grow_peaks", "grow_peaks_x0.6",
-         "grow_peaks_x0.6_waits")
+         "grow_peaks_x0.6_waits", "grow_shrink_waits")
 
 
 def rows_of(run: dict) -> list[dict]:
@@ -63,10 +71,16 @@ def rows_of(run: dict) -> list[dict]:
                 if not k.startswith("waiting") and k not in LEFT_OUT}
         load = sum(busy.get(k, 0.0) for k in LOAD_PHASES)
         peaks = [mem.get("peak_gb"), mem.get("judge_peak_gb")]
+        timed = [(mem.get(k) or {}).get("Calls_timed")
+                 for k in ("peak_by_request_gb", "judge_peak_by_request_gb")]
         out.append({"name": name, "status": status, "size_gb": mem.get("size_gb"),
                     "load_s": load, "rest_s": sum(busy.values()) - load,
+                    "timed_s": sum(busy.get(k, 0.0) for k in TIMED_PHASES)
+                    + sum(phases.get(k, 0.0) for k in HELD_WAITS),
                     "held_wait_s": sum(phases.get(k, 0.0) for k in HELD_WAITS),
-                    "peak_gb": sum(peaks) if all(p is not None for p in peaks) else None})
+                    "peak_gb": sum(peaks) if all(p is not None for p in peaks) else None,
+                    "timed_peak_gb": sum(timed) if all(t is not None for t in timed)
+                    else None})
     return out
 
 
@@ -105,7 +119,20 @@ def replay(rows: list[dict], capacity: float, rule: str, slots: int) -> dict:
                 gate.grow(grants[i])
                 growers.remove(i)
                 waited[i] += clock - entered_at.pop(i)
-                heapq.heappush(events, (clock + rest[i], "done", i))
+                _run_rest(i)
+
+    def _run_rest(i: int) -> None:
+        """The rest of row i: at once to its end, or (`grow_shrink`) its correctness phases,
+        then the timed rounds under a smaller reservation."""
+        if rule.startswith("grow_shrink") and rows[i]["timed_peak_gb"] is not None:
+            heapq.heappush(events, (clock + rest[i] - rows[i]["timed_s"], "corrected", i))
+        else:
+            heapq.heappush(events, (clock + rest[i], "done", i))
+
+    def _shrink(i: int) -> None:
+        timed_need = ROW_MEMORY_SLACK * rows[i]["timed_peak_gb"] + ROW_MEMORY_BASE_GB
+        if timed_need < grants[i].held:
+            gate.give_back(grants[i], grants[i].held - timed_need)
 
     admit()
     while events:
@@ -116,7 +143,10 @@ def replay(rows: list[dict], capacity: float, rule: str, slots: int) -> dict:
                 gate._growing_gb += grants[i].extra
                 entered_at[i] = clock
             else:
-                heapq.heappush(events, (clock + rest[i], "done", i))
+                _run_rest(i)
+        elif what == "corrected":
+            _shrink(i)
+            heapq.heappush(events, (clock + rows[i]["timed_s"], "done", i))
         else:
             gate.release(grants.pop(i))
         grow_ready()
@@ -154,9 +184,11 @@ def main() -> None:
                           "pairs_per_hour_median": round(len(rows) / walls[len(walls) // 2]
                                                          * 3600),
                           "alone_rows": runs[0]["alone_rows"]})
+    # a run cut before its summary (`partial`): until its last row ended
+    wall = run["run1"]["wall_s"] if run.get("run1") else run["run1_progress"][-1][0]
     measured = {"gpu": run.get("hardware", {}).get("gpu"), "checkout": run.get("checkout"),
-                "wall_s": round(run["run1"]["wall_s"], 1),
-                "pairs_per_hour": round(run["run1"]["pairs_per_hour"])}
+                "wall_s": round(wall, 1), "pairs_per_hour": round(len(rows) / wall * 3600),
+                "partial": bool(run.get("partial"))}
     print(f"{len(rows)} rows of {args.run.name} (measured: {measured['wall_s']} s, "
           f"{measured['pairs_per_hour']} pairs/h on {measured['gpu']})")
     print(f"{'device':10s} {'GB':>6s} {'rule':22s} {'run order s':>11s} {'median s':>8s} "
