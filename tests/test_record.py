@@ -125,8 +125,8 @@ def test_a_kernel_written_for_one_shape_is_shape_specialized(verified):
 def test_a_second_shape_that_cannot_grow_the_rows_memory_runs_on_fresh_workers(
         cache_dir, monkeypatch):
     """Where the row may not wait for the device's memory to take the second size beside its
-    first (scheduler.MemoryGate.regrow), the row gives its reservation back and the second pass waits for one of its own, on a
-    fresh pair of workers: the verdict is the same."""
+    first (scheduler.MemoryGate.regrow), the row gives its reservation back and the second
+    pass waits for one of its own, on a fresh pair of workers: the verdict is the same."""
     from curate.verify.row import RowRun
     from curate.verify.scheduler import MemoryGate
     need = RowRun._need

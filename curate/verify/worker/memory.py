@@ -1,10 +1,9 @@
 """Device and host memory of a worker between tasks: what an idle worker keeps on the device is
 given back (and reported), host memory is allocated alike in the judge and the candidate, and
 each row's peak is reported (on the GPU the caching allocator's own peaks, also by kind of
-request; on the CPU the
-resident set's high-water mark, which the kernel resets on request through /proc/self/
-clear_refs, so a worker reused for many rows reports each row's own peak). The reservation rule
-(row.row_memory_gb) is calibrated against these peaks."""
+request; on the CPU the resident set's high-water mark, which the kernel resets on request
+through /proc/self/clear_refs, so a worker reused for many rows reports each row's own peak).
+The reservation rule (row.row_memory_gb) is calibrated against these peaks."""
 
 from __future__ import annotations
 
