@@ -182,9 +182,11 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
                      "seconds": round(r.seconds, 2), "reasons": r.reasons,
                      "device": r.device_index,
                      "notes": {k: r.notes.get(k) for k in _PHASES + (
-                         "phases_s", "judge_work_s", "worker_work_s", "budget_s", "timing_check", "timing", "peak_gb", "judge_peak_gb",
-                         "peak_reserved_gb", "judge_peak_reserved_gb", "peak_by_request_gb",
-                         "judge_peak_by_request_gb", "reserved_gb", "alone_retry", "patched", "size_gb")},
+                         "phases_s", "judge_work_s", "worker_work_s", "budget_s", "timing_check",
+                         "timing", "peak_gb", "judge_peak_gb", "peak_reserved_gb",
+                         "judge_peak_reserved_gb", "peak_by_request_gb",
+                         "judge_peak_by_request_gb", "reserved_gb", "alone_retry", "patched",
+                         "size_gb")},
                      "error": (r.error or "")[:300] or None}
                  for k, r in results.items()},
     }
