@@ -56,8 +56,10 @@ LOAD_PHASES = ("starting the candidate worker", "starting the judge worker", "ca
                "judge load")
 LEFT_OUT = ("compile compile", "compiling ahead")   # ahead, in the compile pool
 HELD_WAITS = ("waiting for the device", "waiting to time")   # waits while holding memory
-# the phases of the timed rounds (the candidate's calls, correctness and timed alike, are
-# counted with correctness: the replay errs towards holding the whole reservation)
+# the phases of the timed rounds. The candidate's calls, correctness and timed alike, count
+# with correctness (erring towards holding the whole reservation); the waits a row spends
+# holding its memory count with the timed rounds, though correctness requests wait behind
+# timed batches too (erring towards giving it back earlier, so towards a larger gain)
 TIMED_PHASES = ("timing", "judge calls", "candidate finish", "judge finish", "ending workers")
 RULES = ("whole", "grow", "grow_waits", "grow_peaks", "grow_peaks_x0.6",
          "grow_peaks_x0.6_waits", "grow_shrink_waits")
