@@ -137,11 +137,8 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
             last[0] = time.monotonic()
             progress.append([round(last[0] - t0, 1), pairs[i].get("path") or pairs[i]["id"],
                              r.status, r.notes.get("phases_s"),
-                             {k: r.notes.get(k) for k in ("size_gb", "reserved_gb", "peak_gb",
-                                                          "judge_peak_gb", "peak_reserved_gb",
-                                                          "judge_peak_reserved_gb",
-                                                          "peak_by_request_gb",
-                                                          "judge_peak_by_request_gb")},
+                             {k: r.notes.get(k) for k in ("size_gb", "reserved_gb")
+                              + MEMORY_NOTES if k in r.notes or "holders" not in k},
                              {k: r.notes.get(k) for k in ("judge_work_s", "worker_work_s")},
                              v.device_report()["device_gate"]])
             if on_row is not None:
@@ -183,16 +180,18 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
                      "device": r.device_index,
                      "notes": {k: r.notes.get(k) for k in _PHASES + (
                          "phases_s", "judge_work_s", "worker_work_s", "budget_s", "timing_check",
-                         "timing", "peak_gb", "judge_peak_gb", "peak_reserved_gb",
-                         "judge_peak_reserved_gb", "peak_by_request_gb",
-                         "judge_peak_by_request_gb", "reserved_gb", "alone_retry", "patched",
-                         "size_gb")},
+                         "timing", "reserved_gb", "alone_retry", "patched", "size_gb")
+                         + MEMORY_NOTES},
                      "error": (r.error or "")[:300] or None}
                  for k, r in results.items()},
     }
 
 
 _PHASES = ("compile_s", "compile_import_s", "correctness_s")
+# each worker's peaks, by request, and (CURATE_MEMORY_TRACE=1) what held the memory at the peak
+MEMORY_NOTES = ("peak_gb", "judge_peak_gb", "peak_reserved_gb", "judge_peak_reserved_gb",
+                "peak_by_request_gb", "judge_peak_by_request_gb", "peak_holders",
+                "judge_peak_holders")
 
 
 def memory_fit(results: dict) -> dict:

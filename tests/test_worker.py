@@ -161,6 +161,29 @@ def test_a_judge_that_keeps_no_reference_output_computes_each_again(candidate):
     assert ask(m.Finish()).comparison["ok"] is (candidate == "honest")
 
 
+@pytest.mark.parametrize("candidate", ["honest", "wrong"])
+def test_a_checked_timed_output_is_compared_with_the_judges_own_output_of_that_call(candidate):
+    """After a timed batch the judge holds its own outputs of those calls: a checked call is
+    compared with that output (no forward again, and the batch's other outputs let go before
+    the comparison); a call the batch did not make is computed again. Same verdicts."""
+    _, fetched, _ = candidate_outputs(HONEST if candidate == "honest" else WRONG)
+    ask(m.Finish())
+    load("judge")
+    assert isinstance(ask(m.Reference(calls=CALLS, keep_bytes=0)), m.Batch)
+    s = session.current("judge")
+    forwards = []
+    real = s.runner.output
+    s.runner.output = lambda *call: forwards.append(call) or real(*call)
+    assert len(ask(m.Calls(calls=CALLS[1:3], timed=True, keep=True)).digests) == 2
+    got = ask(m.Compare(call=CALLS[2], outputs=fetched[2].outputs, transport="inline",
+                        structure=fetched[2].structure, digest=fetched[2].digest))
+    assert forwards == [] and s.kept is None and s.kept_calls == []
+    other = ask(m.Compare(call=CALLS[3], outputs=fetched[3].outputs, transport="inline",
+                          structure=fetched[3].structure, digest=fetched[3].digest))
+    assert forwards == [(CALLS[3][0], CALLS[3][1])]
+    assert got.ok is other.ok is (candidate == "honest")
+
+
 def test_input_sets_made_again_hand_out_the_sized_set_once_then_remake_it():
     """Set 0, made to learn the sets' size, is the first request's (no second `get_inputs`);
     later requests make it again from its seed, the same bits in new tensors."""
@@ -894,6 +917,36 @@ def test_a_worker_gives_device_memory_back_after_each_task(monkeypatch):
     assert not memory.release_device_memory(m.Finished(), keep_gb=4.0).recycle
     state["reserved"] = 100 << 20
     assert not memory.release_device_memory(m.Finished()).recycle
+
+
+def test_what_held_a_workers_peak_is_read_from_the_allocators_trace():
+    """benchmarks only (CURATE_MEMORY_TRACE=1): from an allocator trace, the moment the most
+    bytes were allocated and which lines of curate held them then, a block freed before the
+    peak left out and blocks older than the trace counted as `before`."""
+    from curate.verify.worker import memory
+    gib = 2**30
+
+    def at(path, line, name):
+        return {"filename": path, "line": line, "name": name}
+    ours = at("/x/curate/verify/worker/calls.py", 270, "_kept")
+    recv = at("/x/curate/verify/worker/transport.py", 178, "_open_cuda_fd")
+    ref = at("/tmp/curate_ref_1.py", 12, "forward")
+    torch_frame = at("/x/torch/nn/functional.py", 5, "relu")
+    events = [
+        {"action": "alloc", "addr": 1, "size": 2 * gib, "frames": [torch_frame, ref, ours]},
+        {"action": "alloc", "addr": 2, "size": 3 * gib, "frames": [recv]},
+        {"action": "free_requested", "addr": 2, "size": 3 * gib},
+        {"action": "alloc", "addr": 3, "size": 1 * gib, "frames": [recv]},
+        {"action": "alloc", "addr": 4, "size": 4 * gib, "frames": [recv]},
+        {"action": "free_requested", "addr": 99, "size": 1 * gib},   # older than the trace
+        {"action": "free_requested", "addr": 4, "size": 4 * gib},
+        {"action": "alloc", "addr": 5, "size": 4 * gib, "frames": []},
+    ]
+    got = memory.holders_at_peak(events, start_bytes=1 * gib)
+    assert got["peak_gb"] == 8.0 and got["before_gb"] == 1.0   # 1 + 2 + 1 + 4
+    assert got["held_gb"] == {"transport.py:178 _open_cuda_fd": 5.0,
+                              "calls.py:270 _kept < curate_ref_1.py:12 forward": 2.0}
+    assert got["rest_gb"] == 0.0
 
 
 def test_the_poked_set_moves_one_element_of_each_float_tensor_the_same_way_everywhere():

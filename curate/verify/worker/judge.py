@@ -120,11 +120,12 @@ def reference(s: Session, calls: list, keep_bytes: int) -> Reply:
 
 def calls(s: Session, planned_calls: list, keep: bool) -> Reply:
     planned = parse_calls(planned_calls)
-    s.kept = None
+    s.kept, s.kept_calls = None, []
     try:
         batch = s.runner.run(planned, keep=keep)
     except BaseException as exc:  # noqa: BLE001
         return reference_failed(exc, s.device)
+    s.kept_calls = planned if keep else []
     return batch_reply(s, batch.ms, batch.outputs, batch.harness_ms)
 
 
@@ -140,10 +141,22 @@ def _refuse(s: Session, reason: str, detail: str) -> Compared:
     return Compared(ok=False, findings=list(s.ctx.findings))
 
 
+def _own_timed_output(s: Session, call: tuple) -> tuple[list, str] | None:
+    """This judge's own output of `call` in its last timed batch, if the batch made that call;
+    the rest of what the batch kept goes (its digests went with the batch's reply), so a
+    checked timed output is compared without a forward again and without the batch's other
+    outputs beside it (a multi-GiB output held once, not three times)."""
+    kept, calls = s.kept, s.kept_calls
+    s.kept, s.kept_calls = None, []
+    if kept and call in calls:
+        return kept[calls.index(call)]
+    return None
+
+
 def compare_call(s: Session, req: Compare) -> Reply:
     (call,) = parse_calls([req.call])
     try:
-        ref_items, ref_struct = _reference_of(s, call)
+        ref_items, ref_struct = _own_timed_output(s, call) or _reference_of(s, call)
     except BaseException as exc:  # noqa: BLE001
         return reference_failed(exc, s.device)
     where = f"call {call[0]}/{call[1]}"

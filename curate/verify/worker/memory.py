@@ -8,6 +8,7 @@ The reservation rule (row.row_memory_gb) is calibrated against these peaks."""
 from __future__ import annotations
 
 import gc
+import os
 import re
 
 import torch
@@ -63,11 +64,20 @@ _ROW_PEAK = [0, 0]
 _BY_REQUEST: dict[str, float] = {}
 
 
+# benchmarks only (benchmarks/row_memory.py --trace): with this variable set, a GPU worker records
+# its allocations for each row and reports what was alive at the row's peak, by the line of
+# curate that allocated it (`peak_holders`). Off in verify: recording costs every allocation.
+TRACE = os.environ.get("CURATE_MEMORY_TRACE") == "1"
+_TRACE_START = [0]
+
+
 def reset_peak(device: str) -> None:
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
         _ROW_PEAK[:] = [0, 0]
         _BY_REQUEST.clear()
+        if TRACE:
+            _start_trace()
         return
     try:
         with open("/proc/self/clear_refs", "w") as fh:
@@ -102,11 +112,69 @@ def peak_notes(device: str, prefix: str = "") -> dict:
     if device == "cuda":
         alloc = max(_ROW_PEAK[0], torch.cuda.max_memory_allocated())
         res = max(_ROW_PEAK[1], torch.cuda.max_memory_reserved())
-        return {f"{prefix}peak_gb": round(alloc / GB, 3),
-                f"{prefix}peak_reserved_gb": round(res / GB, 3),
-                f"{prefix}peak_by_request_gb": dict(_BY_REQUEST)}
+        notes = {f"{prefix}peak_gb": round(alloc / GB, 3),
+                 f"{prefix}peak_reserved_gb": round(res / GB, 3),
+                 f"{prefix}peak_by_request_gb": dict(_BY_REQUEST)}
+        if TRACE:
+            notes[f"{prefix}peak_holders"] = _trace_holders()
+        return notes
     peak, now = _status_kb("VmHWM"), _status_kb("VmRSS")
     if peak is None or now is None:
         return {}
     return {f"{prefix}peak_rss_gb": round(peak * 1024 / GB, 3),
             f"{prefix}rss_gb": round(now * 1024 / GB, 3)}
+
+
+def _start_trace() -> None:
+    from torch.cuda import memory as cm
+    cm._record_memory_history(None)     # the last row's events go
+    _TRACE_START[0] = torch.cuda.memory_allocated()
+    cm._record_memory_history("all", context="alloc", stacks="python", max_entries=1 << 20)
+
+
+def _trace_holders() -> dict:
+    from torch.cuda import memory as cm
+    try:
+        events = cm._snapshot()["device_traces"][torch.cuda.current_device()]
+    except Exception as exc:  # noqa: BLE001 - a torch without the trace: say so
+        return {"error": f"{type(exc).__name__}: {exc}"[:200]}
+    return holders_at_peak(events, _TRACE_START[0])
+
+
+def _label(frames: list) -> str:
+    """Where an allocation came from: the innermost line of curate (this module left out) and,
+    where one lies deeper, the innermost line outside torch (the row's own program)."""
+    ours = next((f for f in frames if "/curate/" in f.get("filename", "")
+                 and not f["filename"].endswith("worker/memory.py")), None)
+    theirs = next((f for f in frames if "/torch/" not in f.get("filename", "")
+                   and "/curate/" not in f.get("filename", "")
+                   and not f.get("filename", "").startswith("<")), None)
+    parts = [f"{os.path.basename(f['filename'])}:{f.get('line')} {f.get('name')}"
+             for f in (ours, theirs) if f is not None]
+    return " < ".join(parts) or "unknown"
+
+
+def holders_at_peak(events: list, start_bytes: int = 0, top: int = 8) -> dict:
+    """From a CUDA allocator trace (innermost frame first, as torch records them): the moment
+    the most bytes were allocated, and what held them then, in GiB by `_label`. Blocks alive
+    before the trace began count as `before`."""
+    live: dict[int, tuple[int, str]] = {}
+    now = best = start_bytes
+    best_live: dict[int, tuple[int, str]] = {}
+    for ev in events:
+        act, addr, size = ev.get("action"), ev.get("addr"), int(ev.get("size") or 0)
+        if act == "alloc":
+            live[addr] = (size, _label(ev.get("frames") or []))
+            now += size
+            if now > best:
+                best, best_live = now, dict(live)
+        elif act == "free_requested":
+            now -= live.pop(addr)[0] if addr in live else size   # else: one from `before`
+    by: dict[str, float] = {}
+    for size, label in best_live.values():
+        by[label] = by.get(label, 0.0) + size
+    rows = sorted(by.items(), key=lambda kv: -kv[1])
+    held = {k: round(v / GB, 3) for k, v in rows[:top]}
+    rest = sum(v for _, v in rows[top:])
+    return {"peak_gb": round(best / GB, 3), "before_gb": round(start_bytes / GB, 3),
+            "held_gb": held, "rest_gb": round(rest / GB, 3)}

@@ -32,6 +32,7 @@ class Session:
     checks: list = field(default_factory=list)
     runner: CallRunner | None = None
     kept: list | None = None                        # the last batch's (outputs, structure)
+    kept_calls: list = field(default_factory=list)  # judge: the calls of `kept`, timed batches
     ref_out: dict = field(default_factory=dict)     # judge: (set, scale) -> reference outputs
     ref_struct: dict = field(default_factory=dict)
     ref_calls: list = field(default_factory=list)   # judge: the correctness calls, in order
