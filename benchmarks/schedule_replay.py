@@ -48,7 +48,10 @@ sys.path.insert(0, str(REPO))
 from benchmarks.verify_throughput import hardware, save_result  # noqa: E402
 from curate.verify.row import (  # noqa: E402
     ROW_MEMORY_BASE_GB, ROW_MEMORY_SLACK, load_memory_gb, row_memory_gb)
+from curate.verify.correctness import side_by_side  # noqa: E402
 from curate.verify.scheduler import GPU_SHARE, MemoryGate  # noqa: E402
+
+KEEP_BYTES = 2**30   # VerifyConfig.keep_bytes's default, as verify_throughput runs
 
 # device memory as torch reports it (GiB), times GPU_SHARE: what the memory gate holds
 DEVICES = {"h100-80gb": 79.2, "h200": 139.8}
@@ -66,11 +69,18 @@ RULES = ("whole", "grow", "grow_waits", "grow_peaks", "grow_peaks_x0.6",
 
 
 def rows_of(run: dict) -> list[dict]:
-    """Each row's phases and sizes, from a verify_throughput result's progress lines."""
+    """Each row's phases and sizes, from a verify_throughput result's progress lines. A run made
+    before larger rows ran their reference and first batch one after the other (no
+    `side_by_side` key) has those rows' judge reference seconds added once more: what running
+    them one after the other can cost at most (the candidate's batch took at least as long as
+    the part of it measured after the reference)."""
     out = []
+    old_run = run.get("side_by_side") != "small rows"
     for _t, name, status, phases, mem, *_ in run["run1_progress"]:
         busy = {k: v for k, v in phases.items()
                 if not k.startswith("waiting") and k not in LEFT_OUT}
+        if old_run and mem.get("size_gb") and not side_by_side(mem["size_gb"], KEEP_BYTES):
+            busy["judge reference"] = 2 * busy.get("judge reference", 0.0)
         load = sum(busy.get(k, 0.0) for k in LOAD_PHASES)
         peaks = [mem.get("peak_gb"), mem.get("judge_peak_gb")]
         timed = [(mem.get(k) or {}).get("Calls_timed")

@@ -488,6 +488,9 @@ def main(argv=None) -> int:
     report["keep_idle_gb"] = keep
     report["sandbox_requested"] = args.sandbox
     report["transport_requested"] = args.transport
+    # since 2026-12-07 (correctness.side_by_side): a larger row's reference and first batch run
+    # one after the other; schedule_replay.py reads this to know which way the phases ran
+    report["side_by_side"] = "small rows"
     report["digest"] = args.digest
     save_partial(pairs=len(pairs))
     from curate.verify.config import parse_devices

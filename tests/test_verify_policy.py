@@ -306,6 +306,33 @@ def test_a_timed_batch_may_take_ten_times_its_plan_and_a_quarter_of_the_timeout(
     assert Budget(600, 300).batch_cap(0.02) == 30.0      # the device is never held for long
 
 
+def test_a_large_row_reserves_for_the_larger_of_its_phases_not_their_sum():
+    """A small row computes the judge's reference beside the candidate's first batch and
+    reserves for both peaks at once; a larger one works one side after the other
+    (correctness.side_by_side) and reserves for one side at its peak beside the other at
+    rest: the candidate's gate calls beside the judge's buffers, or its kept output beside the
+    judge's comparison."""
+    from curate.verify.correctness import side_by_side
+    from curate.verify.row import ROW_MEMORY_BASE_GB, ROW_MEMORY_SLACK, row_memory_gb
+    gib = 2**30
+    small = {"inputs": 0.1, "outputs": 0.1}
+    assert side_by_side(small, gib) and not side_by_side(None, gib)
+    assert not side_by_side({"inputs": 6, "outputs": 6}, gib)        # sets made again
+    assert not side_by_side({"inputs": 0.5, "outputs": 2}, gib)      # outputs one at a time
+    assert not side_by_side({"inputs": 0.05, "outputs": 0.2}, gib)   # 7 outputs pass 1 GiB
+
+    def reserved(both):
+        return pytest.approx(ROW_MEMORY_SLACK * both + ROW_MEMORY_BASE_GB)
+    # candidate: sets .4, kept outputs .7, buffers and pristine .2, gate calls .3; judge: the
+    # same but its float64 run (.4) for the calls: both at once
+    assert row_memory_gb(small, gpu=True) == reserved(1.6 + 1.7)
+    # i = o = 6, sets made again: the candidate's buffers, kept output and gate calls (6 + 6 +
+    # 12) beside the judge's buffers (6); or its buffers and kept output (12) beside the
+    # judge's buffers, reference output and received copy (18): 30, where the sum was 42
+    assert row_memory_gb({"inputs": 6, "outputs": 6}, gpu=True) == reserved(30)
+    assert row_memory_gb(None) == row_memory_gb({"inputs": 0.125, "outputs": 0.125})
+
+
 def test_a_holders_reservation_grows_for_its_second_pass_only_where_waiting_cannot_deadlock():
     """A row's second shape grows the reservation it holds: at once where it fits, else it
     waits (ahead of rows not yet admitted) only when every holder still to grow could grow

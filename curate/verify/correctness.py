@@ -21,6 +21,7 @@ DEVICE_TRANSPORT_BYTES = 8 * 2**30
 # outputs larger than this cannot travel inline: their base64 (4/3 of the bytes) inside one
 # reply would pass the protocol's message limit, and the worker would die sending it
 INLINE_BYTES = MAX_MESSAGE // 2
+CORRECTNESS_CALLS = 7   # at most: two scaled calls, three trial sets, set 0 again, the poked set
 IDLE_CPU = (0.02, 0.10)   # a candidate idle while the judge works: < 20 ms or 10% of it
 SETTLE_S = 0.03           # CPU: the candidate's OpenMP threads spin a few ms after its work
 
@@ -55,7 +56,7 @@ def correctness(row, device, cand, judge) -> tuple[list, list, int, bool]:
     batches = _batches(calls, _known_out_bytes(row), cfg.keep_bytes)
     early = None
     with row.shared(device):
-        if batches is None:
+        if batches is None or not side_by_side(row.size_gb, cfg.keep_bytes):
             ref, _ = judge.ask(request, "correctness", (msg.Batch,))
         else:
             ref, early = _together(row, cand, judge, request, batches[0])
@@ -91,6 +92,19 @@ def correctness(row, device, cand, judge) -> tuple[list, list, int, bool]:
             cand.take([Finding("work_outside_call", "fail")])
     ok = row.res.status != "incorrect"
     return ms, list(ref.ms), row.out_bytes, timed and ok
+
+
+def side_by_side(size_gb: dict | None, keep_bytes: float) -> bool:
+    """Whether the judge computes the reference's outputs while the candidate's worker runs its
+    first batch: for rows whose input sets and correctness outputs are kept (sizes known, each
+    within `keep_bytes`), where it saves the judge's time. A larger row runs them one after the
+    other, so that its two workers' correctness peaks (the candidate's gate calls, the
+    judge's reference calls) never coincide: row.row_memory_gb reserves for the larger of the
+    row's phases instead of their sum."""
+    if not size_gb:
+        return False
+    i, o = size_gb.get("inputs", 0.0) * 2**30, size_gb.get("outputs", 0.0) * 2**30
+    return i <= keep_bytes and msg.kept_together(o, CORRECTNESS_CALLS, keep_bytes)
 
 
 def _calls_request(first: int, batch: list) -> msg.Calls:

@@ -13,7 +13,7 @@ from .. import pyast
 from ..record import row_key
 from . import messages as msg
 from .budget import RowClock
-from .correctness import correctness
+from .correctness import CORRECTNESS_CALLS, correctness, side_by_side
 from .isa import missing
 from .resized import plan_second
 from .result import BACKENDS, VerifyResult, infer_backend
@@ -27,12 +27,15 @@ from .verdict import apply_findings
 # correctness calls' outputs (kept together while they fit in `keep_bytes`; else one at a
 # time), a live output, a timed output and the gates' or the comparison's temporaries; the
 # judge also runs the reference once in float64 where that run fits (messages.float64_runs:
-# on the GPU not for large rows, which then reserve nothing for it). ROW_MEMORY_SLACK covers
-# the allocator's rounding, ROW_MEMORY_BASE_GB two CUDA contexts and library workspaces.
+# on the GPU not for large rows, which then reserve nothing for it). Small rows reserve for
+# both peaks at once (their reference and first batch run side by side); a larger row's two
+# workers work one after the other (correctness.side_by_side), so it reserves for the larger
+# of its two phases: one side at its peak, the other holding what it keeps between requests.
+# ROW_MEMORY_SLACK covers the allocator's rounding, ROW_MEMORY_BASE_GB two CUDA contexts and
+# library workspaces.
 ROW_MEMORY_SLACK, ROW_MEMORY_BASE_GB = 1.25, 4.0
 LOAD_BASE_GB = 1.5   # the two CUDA contexts of a loaded row (library workspaces come at its calls)
 UNSIZED_GB = 0.125   # inputs and outputs of a row whose sizes are not known (the CPU)
-CORRECTNESS_CALLS = 7   # at most: two scaled calls, three trial sets, set 0 again, the poked set
 
 
 def row_memory_gb(size_gb: dict | None, keep_gb: float = 1.0, gpu: bool = False) -> float:
@@ -46,8 +49,9 @@ def row_memory_gb(size_gb: dict | None, keep_gb: float = 1.0, gpu: bool = False)
     runs64 = msg.float64_runs(2 * (i + o), keep_gb if gpu else None)
     float64 = 2 * (i + o + p) if runs64 else 0.0
     if kept:   # the buffers and a pristine copy; three live outputs in the gates' calls
-        candidate = 2 * p + sets + outs + 2 * i + 3 * o
-        judge = p + sets + outs + 2 * i + max(3 * o, float64)
+        cand_rest = 2 * p + sets + outs + 2 * i
+        judge_rest = p + sets + outs + 2 * i
+        candidate, judge = cand_rest + 3 * o, judge_rest + max(3 * o, float64)
     else:
         # the buffers, and a set being made again (or a pristine copy) beside them: the
         # candidate also holds its kept output (`outs`) and one more output then, or the gates'
@@ -56,9 +60,14 @@ def row_memory_gb(size_gb: dict | None, keep_gb: float = 1.0, gpu: bool = False)
         # mutation checks read digests, so the `i + o` terms may be a copy too many on the
         # GPU: kept until benchmarks/row_memory.py measures the workers there (a row that runs
         # out of memory is run again alone, so an estimate too low costs time, not verdicts)
-        candidate = 2 * p + i + outs + max(i + o, 2 * o)
-        judge = p + i + max(i + o, 2 * o, float64)
-    return ROW_MEMORY_SLACK * (candidate + judge) + ROW_MEMORY_BASE_GB
+        cand_rest, judge_rest = 2 * p + i + outs, p + i
+        candidate = cand_rest + max(i + o, 2 * o)
+        judge = judge_rest + max(i + o, 2 * o, float64)
+    if side_by_side(size_gb, keep_gb * 2**30):
+        both = candidate + judge
+    else:
+        both = max(candidate + judge_rest, cand_rest + judge)
+    return ROW_MEMORY_SLACK * both + ROW_MEMORY_BASE_GB
 
 
 def load_memory_gb(size_gb: dict | None, keep_gb: float = 1.0) -> float:
