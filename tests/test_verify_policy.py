@@ -575,3 +575,18 @@ def test_the_schedule_replay_puts_every_measured_row_through_the_gate():
         # rows whose estimate fills the H100's gate run alone, after the others
         fills = sum(row_memory_gb(r["size_gb"], gpu=True) >= 63.4 for r in rows)
         assert h100["alone_rows"] == fills and max(lengths) < h100["wall_s"] < sum(lengths)
+
+
+def test_a_second_shapes_pass_makes_two_calls_where_the_first_makes_up_to_seven():
+    """The first pass: one or two scaled calls, every trial set, set 0 again and the poked set;
+    a second shape's pass (sizes several times as large, after the first pass checked caches
+    and stale answers): set 0 scaled, then set 0, drawn from the same secret."""
+    import random
+
+    from curate.verify.correctness import CORRECTNESS_CALLS, correctness_calls
+    for i in range(20):
+        first = correctness_calls(random.Random(f"{i}:row"), trials=3)
+        assert 6 <= len(first) <= CORRECTNESS_CALLS and first[-2:] == [[0, 1.0], [3, 1.0]]
+        second = correctness_calls(random.Random(f"{i}:row:second"), 1, second_pass=True)
+        assert len(second) == 2 and second[1] == [0, 1.0]
+        assert second[0][0] == 0 and 1.0625 <= second[0][1] <= 1.25

@@ -32,13 +32,19 @@ def scale(rng) -> float:
     return 1.0 + rng.randint(1024, 4096) / 2**14
 
 
-def correctness_calls(rng, trials: int) -> list[list]:
+def correctness_calls(rng, trials: int, second_pass: bool = False) -> list[list]:
     """One or two calls on scaled inputs first (how many, of which set, at what scale: drawn
     from the run's secret), then every trial set unscaled; the last ones rewrite the same
     buffers in place: set 0, then set 0 with one element poked (a cache keyed by buffer and a
     few sampled values answers stale). Always one scaled call at least: a reduction over many
     random inputs (a mean loss) gives nearly the same output for every trial set, and without
-    a scaled call a run's secret alone decided whether its reference was degenerate."""
+    a scaled call a run's secret alone decided whether its reference was degenerate.
+    A second shape's pass (`second_pass`) asks whether the candidate is right at other sizes,
+    after its first pass checked it against caches and stale answers: set 0 scaled, then set
+    0 (the gates watch the first call; two different inputs for the judge's degeneracy
+    check), at a fraction of the first pass's calls at sizes several times as large."""
+    if second_pass:
+        return [[0, scale(rng)], [0, 1.0]]
     calls = [[rng.randrange(trials), scale(rng)] for _ in range(rng.randint(1, 2))]
     calls += [[k, 1.0] for k in range(trials)]
     return calls + [[0, 1.0], [trials, 1.0]]
@@ -51,7 +57,7 @@ def correctness(row, device, cand, judge) -> tuple[list, list, int, bool]:
     Where the reference's output size is known before it runs (the GPU's compile ahead), the
     candidate's first batch runs while the judge computes the reference's outputs."""
     cfg = row.cfg
-    calls = correctness_calls(row.rng, cfg.trials)
+    calls = correctness_calls(row.rng, cfg.trials, row.second_pass)
     request = msg.Reference(calls=calls, keep_bytes=cfg.keep_bytes)
     batches = _batches(calls, _known_out_bytes(row), cfg.keep_bytes)
     early = None

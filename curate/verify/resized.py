@@ -1,6 +1,7 @@
 """A verified row's second pass, at a second size of its problem (shapes.py writes it): a fresh
 candidate worker and a fresh judge load the reference program at the new sizes, build both
-models from them and compare one trial, by the same requests as any first pass. The candidate
+models from them and compare two calls (correctness.correctness_calls), by the same requests
+as any first pass. The candidate
 sees a Load and a correctness sequence like every other: only the shapes differ.
 
 Correct at its own sizes and not at the second (wrong outputs, a crash, a hang, a gate failing
@@ -136,6 +137,7 @@ def _sub_run(row, code: str):
     sub = type(row)(row.run, row.index, {**row.row, "pytorch_code": code})   # the same phases
     sub.cfg = dataclasses.replace(row.cfg, trials=1)
     sub.key = f"{row.key}:second"
+    sub.second_pass = True
     sub.rng = random.Random(f"{row.run.secret.hex()}:{sub.key}")
     sub.clock = row.clock.next_pass()   # its own phase budgets; the row's deadline bounds both
     sub.findings = []
@@ -144,7 +146,7 @@ def _sub_run(row, code: str):
 
 def _pass(sub, device, sides=None) -> None:
     """Load both sides at the second sizes (a reused candidate worker keeps the module it
-    imported: only the reference is loaded again), one correctness trial, the verdict."""
+    imported: only the reference is loaded again), two correctness calls, the verdict."""
     if sides:
         cand, judge = (sub.side(side.worker, side.role) for side in sides)
         sub._load(judge, cand, reused=True)

@@ -117,6 +117,7 @@ class RowRun:
         self.where: str | None = None
         self.size_gb: dict | None = None   # the reference's sizes (compile ahead, GPU only)
         self.second = None   # a second shape that could not run in the first pass's workers
+        self.second_pass = False   # this is a second shape's pass (resized.SecondShape)
         self.grant = None    # the row's hold on its device's memory (grows after the load)
         # what the candidate's process can never see: which calls are checked, the scales
         self.rng = random.Random(f"{run.secret.hex()}:{self.key}")
