@@ -41,6 +41,10 @@ class Bench:
     extra: dict = field(default_factory=dict)
 
 
+# KernelBench problems of 2-8 GB of inputs or outputs in verify_throughput's seeded sample
+LARGEST = ("19_ReLU,92_cumsum_exclusive,2_ConvTranspose2d_BiasAdd,86_conv_depthwise_separable,"
+           "53_Min_reduction,82_conv_depthwise,41_Max_Pooling_1D,100_HingeLoss")
+
 BENCHES = [
     # each worker's peak against the reservation rule (row.row_memory_gb), first: the figures
     # that rule is calibrated from
@@ -89,6 +93,12 @@ BENCHES = [
         "--pairs", "{dir}/tp_pairs.jsonl", "--runs", "1", "--serial", "0", "--workers", "12",
         "--timeout", "60", "--deadline", "{deadline}", "--out", "{out}"], 300, needs_kb=True,
           headline="figures"),
+    # what held each worker's memory at its peak (CURATE_MEMORY_TRACE=1: allocator traces, by
+    # the line of curate that allocated), on the largest problems of the same pairs
+    Bench("memory_trace", [
+        "benchmarks/verify_throughput.py", "--device", "cuda", "--pairs", "{dir}/tp_pairs.jsonl",
+        "--runs", "1", "--serial", "0", "--only", LARGEST, "--out", "{out}"], 180,
+          extra={"env": {"CURATE_MEMORY_TRACE": "1"}}, headline="figures"),
     # the binding digest's cost: the same pairs, timed batches committing with the tree digest
     Bench("verify_throughput_tree", [
         "benchmarks/verify_throughput.py", "--kernelbench", "{kb}", "--device", "cuda",
@@ -208,7 +218,8 @@ def run_one(b: Bench, out_dir: Path, tag: str, kb: str | None, limit: int,
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            # tests/conftest.py writes each failure here as it happens (a cut run keeps them)
-           "CURATE_TEST_FAILURES": str(out_dir / f"{b.name}_failures.txt")}
+           "CURATE_TEST_FAILURES": str(out_dir / f"{b.name}_failures.txt"),
+           **b.extra.get("env", {})}
     t0 = time.monotonic()
     with open(out_dir / f"{b.name}.log", "w") as log:
         # a session of its own: at the limit, the benchmark goes with every worker it started

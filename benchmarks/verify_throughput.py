@@ -432,6 +432,9 @@ def main(argv=None) -> int:
                          "('none': never replaced for memory)")
     ap.add_argument("--limit", type=int, default=None,
                     help="with --pairs: verify only the first LIMIT pairs")
+    ap.add_argument("--only", default=None,
+                    help="with --pairs: verify only pairs whose path holds one of these "
+                         "comma-separated names")
     ap.add_argument("--runs", type=int, default=2, choices=(1, 2),
                     help="verify runs (2 gives the speedup agreement)")
     ap.add_argument("--sandbox", default="auto", choices=("auto", "strict", "off"),
@@ -463,6 +466,9 @@ def main(argv=None) -> int:
         if args.kernelbench:  # the candidates of the seeded sample only
             sample = {r["path"] for r in sampled_rows(args)}
             pairs = [r for r in pairs if r.get("path") in sample]
+        if args.only:   # e.g. the largest problems, for CURATE_MEMORY_TRACE=1
+            names = args.only.split(",")
+            pairs = [r for r in pairs if any(n in (r.get("path") or "") for n in names)]
         pairs = pairs[: args.limit or args.n]
         problems = pairs
         report["synth"] = None
