@@ -145,7 +145,7 @@ def _own_timed_output(s: Session, call: tuple) -> tuple[list, str] | None:
     """This judge's own output of `call` in its last timed batch, if the batch made that call;
     the rest of what the batch kept goes (its digests went with the batch's reply), so a
     checked timed output is compared without a forward again and without the batch's other
-    outputs beside it (a multi-GiB output held once, not three times)."""
+    outputs beside it (the reference's output held once, not twice, beside the one received)."""
     kept, calls = s.kept, s.kept_calls
     s.kept, s.kept_calls = None, []
     if kept and call in calls:
