@@ -920,11 +920,11 @@ def test_device_gate_waits_for_a_hanging_holder_once():
 @pytest.mark.parametrize("out_bytes", [64 * 256 * 4, 2**40])
 def test_rows_keep_their_status_when_the_candidate_runs_beside_the_reference(
         cache_dir, monkeypatch, out_bytes):
-    """Where the reference's output size is known ahead (the GPU's compile ahead), the
-    candidate's first correctness batch runs while the judge computes the reference: all calls
-    in one batch, or the first of one-by-one calls (`out_bytes` past `keep_bytes`). Statuses
-    stay what the sequential phase gives, and a reference that fails still decides the row
-    whatever the candidate did."""
+    """Where the reference's sizes are known ahead (the GPU's compile ahead) and its outputs
+    are kept, the candidate's first correctness batch runs while the judge computes the
+    reference; outputs past `keep_bytes` go one call at a time, the reference first (the two
+    workers' peaks then never coincide). Statuses stay what the sequential phase gives, and a
+    reference that fails still decides the row whatever the candidate did."""
     from curate.verify import correctness
     together = []
     original = correctness._together
@@ -934,6 +934,8 @@ def test_rows_keep_their_status_when_the_candidate_runs_beside_the_reference(
         return original(*a, **k)
 
     monkeypatch.setattr(correctness, "_known_out_bytes", lambda row: out_bytes)
+    monkeypatch.setattr(correctness, "side_by_side", lambda size_gb, keep: correctness.msg
+                        .kept_together(out_bytes, correctness.CORRECTNESS_CALLS, keep))
     monkeypatch.setattr(correctness, "_together", counted)
     broken_ref = REF.replace("return x * 2.0 + y + self.bias",
                              "raise RuntimeError('the reference fails')")
@@ -946,5 +948,7 @@ def test_rows_keep_their_status_when_the_candidate_runs_beside_the_reference(
     assert got == {"triton_honest": "verified", "triton_wrong": "incorrect",
                    "hostile_raise": "runtime_error", "both_fail": "reference_error"}, \
         {k: (r.status, r.reasons, r.error) for k, r in res.items()}
-    assert len(together) >= 4   # every row once (a second shape may run it again)
-    assert bool(res["triton_honest"].notes.get("correctness_one_by_one")) == (out_bytes > 2**30)
+    if out_bytes > 2**30:
+        assert together == [] and res["triton_honest"].notes.get("correctness_one_by_one")
+    else:   # every row once (a second shape may run it again)
+        assert len(together) >= 4 and not res["triton_honest"].notes.get("correctness_one_by_one")
