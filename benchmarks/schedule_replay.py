@@ -48,10 +48,9 @@ sys.path.insert(0, str(REPO))
 from benchmarks.verify_throughput import hardware, save_result  # noqa: E402
 from curate.verify.row import (  # noqa: E402
     ROW_MEMORY_BASE_GB, ROW_MEMORY_SLACK, load_memory_gb, row_memory_gb)
+from curate.verify.config import VerifyConfig  # noqa: E402
 from curate.verify.correctness import side_by_side  # noqa: E402
 from curate.verify.scheduler import GPU_SHARE, MemoryGate  # noqa: E402
-
-KEEP_BYTES = 2**30   # VerifyConfig.keep_bytes's default, as verify_throughput runs
 
 # device memory as torch reports it (GiB), times GPU_SHARE: what the memory gate holds
 DEVICES = {"h100-80gb": 79.2, "h200": 139.8}
@@ -76,10 +75,11 @@ def rows_of(run: dict) -> list[dict]:
     the part of it measured after the reference)."""
     out = []
     old_run = run.get("side_by_side") != "small rows"
+    keep = VerifyConfig().keep_bytes   # the default verify_throughput runs with
     for _t, name, status, phases, mem, *_ in run["run1_progress"]:
         busy = {k: v for k, v in phases.items()
                 if not k.startswith("waiting") and k not in LEFT_OUT}
-        if old_run and mem.get("size_gb") and not side_by_side(mem["size_gb"], KEEP_BYTES):
+        if old_run and mem.get("size_gb") and not side_by_side(mem["size_gb"], keep):
             busy["judge reference"] = 2 * busy.get("judge reference", 0.0)
         load = sum(busy.get(k, 0.0) for k in LOAD_PHASES)
         peaks = [mem.get("peak_gb"), mem.get("judge_peak_gb")]

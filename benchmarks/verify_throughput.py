@@ -138,7 +138,7 @@ def run_verify(pairs: list[dict], device: str, workers: int | None, seed: int,
             progress.append([round(last[0] - t0, 1), pairs[i].get("path") or pairs[i]["id"],
                              r.status, r.notes.get("phases_s"),
                              {k: r.notes.get(k) for k in ("size_gb", "reserved_gb")
-                              + MEMORY_NOTES if k in r.notes or "holders" not in k},
+                              + MEMORY_NOTES},
                              {k: r.notes.get(k) for k in ("judge_work_s", "worker_work_s")},
                              v.device_report()["device_gate"]])
             if on_row is not None:

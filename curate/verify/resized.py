@@ -1,8 +1,8 @@
 """A verified row's second pass, at a second size of its problem (shapes.py writes it): a fresh
 candidate worker and a fresh judge load the reference program at the new sizes, build both
 models from them and compare two calls (correctness.correctness_calls), by the same requests
-as any first pass. The candidate
-sees a Load and a correctness sequence like every other: only the shapes differ.
+as any first pass. The candidate sees a Load and a correctness sequence like every other: only
+the shapes differ.
 
 Correct at its own sizes and not at the second (wrong outputs, a crash, a hang, a gate failing
 there) is `shape_specialized`. Where the second size cannot be judged (the reference fails

@@ -64,7 +64,7 @@ _ROW_PEAK = [0, 0]
 _BY_REQUEST: dict[str, float] = {}
 
 
-# benchmarks only (benchmarks/row_memory.py --trace): with this variable set, a GPU worker records
+# benchmarks only (gpu_all.py's memory_trace): with this variable set, a GPU worker records
 # its allocations for each row and reports what was alive at the row's peak, by the line of
 # curate that allocated it (`peak_holders`). Off in verify: recording costs every allocation.
 TRACE = os.environ.get("CURATE_MEMORY_TRACE") == "1"
@@ -157,24 +157,41 @@ def _label(frames: list) -> str:
 def holders_at_peak(events: list, start_bytes: int = 0, top: int = 8) -> dict:
     """From a CUDA allocator trace (innermost frame first, as torch records them): the moment
     the most bytes were allocated, and what held them then, in GiB by `_label`. Blocks alive
-    before the trace began count as `before`."""
-    live: dict[int, tuple[int, str]] = {}
+    before the trace began count as `before`. Two passes: the peak's position, then the blocks
+    alive there (labelled, and only those)."""
     now = best = start_bytes
-    best_live: dict[int, tuple[int, str]] = {}
-    for ev in events:
-        act, addr, size = ev.get("action"), ev.get("addr"), int(ev.get("size") or 0)
-        if act == "alloc":
-            live[addr] = (size, _label(ev.get("frames") or []))
-            now += size
-            if now > best:
-                best, best_live = now, dict(live)
-        elif act == "free_requested":
-            now -= live.pop(addr)[0] if addr in live else size   # else: one from `before`
+    at = 0
+    for n, (act, addr, size) in enumerate(_moves(events), start=1):
+        now += size if act == "alloc" else -size
+        if now > best:
+            best, at = now, n
+    live: dict = {}
+    for ev in events[:at]:
+        if ev.get("action") == "alloc":
+            live[ev.get("addr")] = ev
+        elif ev.get("action") == "free_requested":
+            live.pop(ev.get("addr"), None)
     by: dict[str, float] = {}
-    for size, label in best_live.values():
-        by[label] = by.get(label, 0.0) + size
+    for ev in live.values():
+        label = _label(ev.get("frames") or [])
+        by[label] = by.get(label, 0.0) + int(ev.get("size") or 0)
     rows = sorted(by.items(), key=lambda kv: -kv[1])
     held = {k: round(v / GB, 3) for k, v in rows[:top]}
     rest = sum(v for _, v in rows[top:])
     return {"peak_gb": round(best / GB, 3), "before_gb": round(start_bytes / GB, 3),
             "held_gb": held, "rest_gb": round(rest / GB, 3)}
+
+
+def _moves(events: list):
+    """(action, address, bytes) of each allocation and each free of the trace, in order (a free
+    of a block the trace never saw allocated is one from `before`)."""
+    sizes: dict = {}
+    for ev in events:
+        act, addr = ev.get("action"), ev.get("addr")
+        if act == "alloc":
+            sizes[addr] = int(ev.get("size") or 0)
+            yield act, addr, sizes[addr]
+        elif act == "free_requested":
+            yield act, addr, sizes.pop(addr, int(ev.get("size") or 0))
+        else:
+            yield act, addr, 0
